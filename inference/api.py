@@ -1,0 +1,201 @@
+"""``fit`` and ``compare``: the facade scripts call."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+
+import numpy as np
+
+from inference import cavi, em, svi
+from inference.algorithm import Problem
+from inference.loop import run
+from inference.result import FitResult
+from zoo import BACKENDS, get_model
+
+ALGORITHMS = {"cavi": cavi.ALGORITHM, "em": em.ALGORITHM, "svi": svi.ALGORITHM}
+DEFAULT_NUM_STEPS = {"cavi": 500, "em": 500, "svi": 2000}
+DEFAULT_TOL = {"cavi": 1e-6, "em": 1e-6, "svi": None}
+SVI_OPTIONS = ("guide", "lr", "num_particles", "temperature")
+
+
+def get_backend(name: str):
+    if name not in BACKENDS:
+        raise ValueError(f"Unknown backend {name!r}; valid backends are {list(BACKENDS)}.")
+    return importlib.import_module(f"inference.backends.{name}_backend")
+
+
+def get_algorithm(name: str):
+    if name not in ALGORITHMS:
+        raise ValueError(f"Unknown algorithm {name!r}; valid algorithms are {sorted(ALGORITHMS)}.")
+    return ALGORITHMS[name]
+
+
+def _prepare(spec, data, model_options):
+    allowed = [p for p in inspect.signature(spec.prepare).parameters if p != "data"]
+    unknown = sorted(set(model_options) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"Unknown option(s) {unknown} for model {spec.name!r}; its options are {allowed}, "
+            f"and SVI takes {list(SVI_OPTIONS)}."
+        )
+    return spec.prepare(data, **model_options)
+
+
+def _fingerprint(data) -> str:
+    digest = hashlib.sha256()
+    for key in sorted(data):
+        digest.update(key.encode())
+        digest.update(str(data[key].shape).encode())
+        digest.update(np.ascontiguousarray(data[key]).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def fit(
+    model,
+    data,
+    algorithm: str = "svi",
+    backend: str = "numpyro",
+    *,
+    guide: str | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    num_steps: int | None = None,
+    tol: float | None = None,
+    init="kmeans",
+    dtype: str | None = None,
+    progress: bool = True,
+    checkpoint=None,
+    checkpoint_every: int = 100,
+    resume: bool = False,
+    callback=None,
+    lr: float = 0.05,
+    num_particles: int = 1,
+    temperature=(1.0, 0.1),
+    **model_options,
+) -> FitResult:
+    """Fit ``model`` to ``data`` with ``algorithm`` on ``backend``; returns a :class:`FitResult`.
+
+    Parameters
+    ----------
+    model : str or ModelSpec
+        A registered model name (``zoo.list_models()``) or a spec.
+    data : dict of str to array-like
+        The model's data keys, e.g. ``{"x": X}`` with ``X`` of shape (n_samples, n_features).
+    algorithm : {"cavi", "em", "svi"}
+    backend : {"pyro", "numpyro"}
+    guide : str, optional
+        SVI guide (``spec.guides``; the first is the default).
+    device : str
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    seed : int
+        Seeds every random choice of the run (initialisation, Monte-Carlo draws).
+    num_steps, tol :
+        At most ``num_steps`` steps; stop early when the objective per data point changes by less
+        than ``tol`` nats (default 1e-6 for closed-form updates, off for SVI).
+    init : {"kmeans", "random"} or array of shape (n_samples, K)
+        Initial responsibilities; every algorithm starts from them.
+    dtype : {"float32", "float64"}, optional
+        Default float64.
+    checkpoint, checkpoint_every, resume :
+        Write an atomic checkpoint to ``checkpoint`` every ``checkpoint_every`` steps; with
+        ``resume=True`` continue from it to the same result as an uninterrupted run.
+    **model_options :
+        The model's own options (for ``bayesian_gmm``: ``K``, ``weight_prior``, priors).
+    """
+    spec = get_model(model)
+    alg = get_algorithm(algorithm)
+    back = get_backend(backend)
+    if not alg.supports(spec, backend):
+        valid = [a for a in ALGORITHMS if ALGORITHMS[a].supports(spec, backend)]
+        raise ValueError(
+            f"Model {spec.name!r} does not support algorithm {algorithm!r}; it supports {valid}."
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise TypeError(f"seed must be an int; got {type(seed).__name__}.")
+    num_steps = DEFAULT_NUM_STEPS[algorithm] if num_steps is None else num_steps
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1:
+        raise ValueError(f"num_steps must be an int in the range [1, inf); got {num_steps!r}.")
+    tol = DEFAULT_TOL[algorithm] if tol is None else tol
+    if tol is not None and not tol >= 0:
+        raise ValueError(f"tol must be a float in the range [0, inf); got {tol}.")
+    if int(checkpoint_every) < 1:
+        raise ValueError(
+            f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every}."
+        )
+    data = spec.validate_data(data)
+    config = _prepare(spec, data, model_options)
+    problem = Problem(
+        spec=spec,
+        data=data,
+        config=config,
+        backend=back,
+        device=back.resolve_device(device),
+        dtype=dtype or alg.default_dtype,
+        seed=int(seed),
+    )
+    options = {"init": init if isinstance(init, str) else "array"}
+    if algorithm == "svi":
+        guide = guide or spec.guides[0]
+        svi_options = dict(lr=lr, num_particles=num_particles, temperature=list(temperature))
+        options.update(svi_options, guide=guide, num_steps=int(num_steps))
+        state = alg.init(problem, guide=guide, init=init, num_steps=int(num_steps), **svi_options)
+    else:
+        if guide is not None:
+            raise ValueError(f"guide= is an SVI option; algorithm {algorithm!r} has no guide.")
+        state = alg.init(problem, init=init)
+    options["dtype"] = problem.dtype
+    header = {
+        "model": spec.name,
+        "algorithm": algorithm,
+        "backend": backend,
+        "guide": guide,
+        "seed": int(seed),
+        "data_fingerprint": _fingerprint(data),
+        "options": options,
+    }
+
+    def make_result(state, history, converged):
+        raw = alg.get_params(state)
+        return FitResult(
+            model=spec.name,
+            algorithm=algorithm,
+            backend=backend,
+            guide=guide,
+            params=spec.summarize(raw, config) if spec.summarize else dict(raw),
+            raw_params=raw,
+            config=config,
+            history={k: np.asarray(v) for k, v in history.items()},
+            converged=converged,
+            timing=_timing(history),
+            num_data=len(data["x"]),
+            seed=int(seed),
+            options=options,
+            data=data,
+        )
+
+    state, history, converged = run(
+        alg,
+        state,
+        num_steps=int(num_steps),
+        tol=tol,
+        num_data=len(next(iter(data.values()))),
+        progress=progress,
+        checkpoint_path=checkpoint,
+        checkpoint_every=int(checkpoint_every),
+        resume=resume,
+        header=header,
+        callback=callback,
+        make_result=make_result,
+    )
+    return make_result(state, history, converged)
+
+
+def _timing(history) -> dict:
+    times = np.asarray(history["time"], dtype=float)
+    if len(times) == 0:
+        return {"total": 0.0, "per_step": float("nan")}
+    steps = np.diff(np.concatenate([[0.0], times]))
+    # The median ignores the first step's compilation (JAX) and warm-up.
+    return {"total": float(times[-1]), "per_step": float(np.median(steps))}

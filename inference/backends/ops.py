@@ -1,0 +1,179 @@
+"""A small array namespace per backend, so closed-form updates are written once for both.
+
+Only what the closed-form code needs, with the numpy spelling (``axis=``). ``TorchOps`` keeps
+tensors on the device of its inputs; ``JaxOps`` functions are pure and jit-compatible.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class TorchOps:
+    name = "pyro"
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+
+    def asarray(self, value, like):
+        return self.torch.as_tensor(value, dtype=like.dtype, device=like.device)
+
+    def ones(self, shape, like):
+        return self.torch.ones(shape, dtype=like.dtype, device=like.device)
+
+    def zeros(self, shape, like):
+        return self.torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+    def eye(self, n, like):
+        return self.torch.eye(n, dtype=like.dtype, device=like.device)
+
+    def arange(self, n, like):
+        return self.torch.arange(n, dtype=like.dtype, device=like.device)
+
+    def triu_indices(self, n, like):
+        rows, cols = self.torch.triu_indices(n, n, device=like.device)
+        return rows, cols
+
+    def concatenate(self, arrays, axis=0):
+        return self.torch.cat(list(arrays), dim=axis)
+
+    def stack(self, arrays, axis=0):
+        return self.torch.stack(list(arrays), dim=axis)
+
+    def einsum(self, subscripts, *operands):
+        return self.torch.einsum(subscripts, *operands)
+
+    def sum(self, x, axis=None):
+        return x.sum() if axis is None else x.sum(dim=axis)
+
+    def cumsum(self, x, axis):
+        return self.torch.cumsum(x, dim=axis)
+
+    def logsumexp(self, x, axis):
+        return self.torch.logsumexp(x, dim=axis)
+
+    def exp(self, x):
+        return self.torch.exp(x)
+
+    def log(self, x):
+        return self.torch.log(x)
+
+    def xlogx(self, x):
+        return self.torch.special.xlogy(x, x)
+
+    def digamma(self, x):
+        return self.torch.special.digamma(x)
+
+    def gammaln(self, x):
+        return self.torch.special.gammaln(x)
+
+    def cholesky(self, a):
+        return self.torch.linalg.cholesky(a)
+
+    def cho_inverse(self, chol):
+        """Inverse of ``chol @ chol.T`` from its lower Cholesky factor (batched)."""
+        return self.torch.cholesky_inverse(chol)
+
+    def diagonal(self, a):
+        return self.torch.diagonal(a, dim1=-2, dim2=-1)
+
+    def argmax(self, x, axis):
+        return self.torch.argmax(x, dim=axis)
+
+    def max(self, x, axis):
+        return self.torch.amax(x, dim=axis)
+
+    def clip_min(self, x, low):
+        return self.torch.clamp(x, min=low)
+
+    def all_finite(self, x) -> bool:
+        return bool(self.torch.isfinite(x).all())
+
+
+class JaxOps:
+    name = "numpyro"
+
+    def __init__(self):
+        import jax
+        import jax.numpy as jnp
+        import jax.scipy as jsp
+
+        self.jax, self.jnp, self.jsp = jax, jnp, jsp
+
+    def asarray(self, value, like):
+        return self.jnp.asarray(value, dtype=like.dtype)
+
+    def ones(self, shape, like):
+        return self.jnp.ones(shape, dtype=like.dtype)
+
+    def zeros(self, shape, like):
+        return self.jnp.zeros(shape, dtype=like.dtype)
+
+    def eye(self, n, like):
+        return self.jnp.eye(n, dtype=like.dtype)
+
+    def arange(self, n, like):
+        return self.jnp.arange(n, dtype=like.dtype)
+
+    def triu_indices(self, n, like):
+        return self.jnp.triu_indices(n)
+
+    def concatenate(self, arrays, axis=0):
+        return self.jnp.concatenate(list(arrays), axis=axis)
+
+    def stack(self, arrays, axis=0):
+        return self.jnp.stack(list(arrays), axis=axis)
+
+    def einsum(self, subscripts, *operands):
+        return self.jnp.einsum(subscripts, *operands)
+
+    def sum(self, x, axis=None):
+        return self.jnp.sum(x, axis=axis)
+
+    def cumsum(self, x, axis):
+        return self.jnp.cumsum(x, axis=axis)
+
+    def logsumexp(self, x, axis):
+        return self.jsp.special.logsumexp(x, axis=axis)
+
+    def exp(self, x):
+        return self.jnp.exp(x)
+
+    def log(self, x):
+        return self.jnp.log(x)
+
+    def xlogx(self, x):
+        return self.jsp.special.xlogy(x, x)
+
+    def digamma(self, x):
+        return self.jsp.special.digamma(x)
+
+    def gammaln(self, x):
+        return self.jsp.special.gammaln(x)
+
+    def cholesky(self, a):
+        return self.jnp.linalg.cholesky(a)
+
+    def cho_inverse(self, chol):
+        eye = self.jnp.broadcast_to(self.jnp.eye(chol.shape[-1], dtype=chol.dtype), chol.shape)
+        return self.jsp.linalg.cho_solve((chol, True), eye)
+
+    def diagonal(self, a):
+        return self.jnp.diagonal(a, axis1=-2, axis2=-1)
+
+    def argmax(self, x, axis):
+        return self.jnp.argmax(x, axis=axis)
+
+    def max(self, x, axis):
+        return self.jnp.max(x, axis=axis)
+
+    def clip_min(self, x, low):
+        return self.jnp.maximum(x, low)
+
+    def all_finite(self, x) -> bool:
+        return bool(self.jnp.isfinite(x).all())
+
+
+LOG_2PI = math.log(2 * math.pi)

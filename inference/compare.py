@@ -1,0 +1,184 @@
+"""``compare``: the product of algorithms x guides x backends x seeds on one model and data set."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zoo import get_model
+
+TARGET_GAP = 0.01  # nats per point: "reached the optimum" means within this of the best run
+
+
+@dataclass
+class Comparison:
+    """One row per run (``rows``) and the fits themselves (``results``)."""
+
+    rows: list[dict]
+    results: list = field(repr=False)
+
+    COLUMNS = (
+        ("algorithm", "{}"),
+        ("guide", "{}"),
+        ("backend", "{}"),
+        ("seed", "{}"),
+        ("objective_per_point", "{:.4f}"),
+        ("heldout_log_pred_per_point", "{:.4f}"),
+        ("steps", "{}"),
+        ("wall_time_s", "{:.3f}"),
+        ("time_to_target_s", "{:.3f}"),
+    )
+
+    def __str__(self) -> str:
+        return self.to_markdown()
+
+    def to_markdown(self) -> str:
+        names = [c for c, _ in self.COLUMNS]
+        lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+        for row in self.rows:
+            cells = [
+                "-"
+                if row[c] is None or (isinstance(row[c], float) and np.isnan(row[c]))
+                else f.format(row[c])
+                for c, f in self.COLUMNS
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(self.rows, indent=2)
+
+    def plot(self, path, title=None) -> None:
+        """Objective per point against wall time (log x-axis), one line per run."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        best = max(r["objective_per_point"] for r in self.rows)
+        for row, res in zip(self.rows, self.results, strict=True):
+            y = _smoothed(res) / res.num_data
+            label = (
+                f"{row['algorithm']}{'-' + row['guide'] if row['guide'] else ''} ({row['backend']})"
+            )
+            ax.plot(res.history["time"], y, label=label, lw=1.5)
+        ax.set_xscale("log")
+        ax.set_ylim(best - 2.0, best + 0.2)
+        ax.axhline(best - TARGET_GAP, color="grey", ls=":", lw=1)
+        ax.set_xlabel("wall time (s, log scale)")
+        ax.set_ylabel("objective per point (nats)")
+        ax.set_title(title or "objective vs wall time")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+
+def _smoothed(res, window=25):
+    """SVI objectives are one-sample estimates: a trailing mean makes the curve readable."""
+    y = np.asarray(res.history["objective"], dtype=float)
+    if res.algorithm != "svi" or len(y) < window:
+        return y
+    c = np.cumsum(np.concatenate([[0.0], y]))
+    out = np.empty_like(y)
+    idx = np.arange(1, len(y) + 1)
+    lo = np.maximum(idx - window, 0)
+    out[:] = (c[idx] - c[lo]) / (idx - lo)
+    return out
+
+
+def compare(
+    model,
+    data,
+    algorithms=("cavi", "em", "svi"),
+    backends=("pyro", "numpyro"),
+    *,
+    guides=None,
+    seeds=(0,),
+    test_data=None,
+    num_steps=None,
+    num_samples: int = 500,
+    progress: bool = False,
+    **options,
+) -> Comparison:
+    """Fit every supported (algorithm, guide, backend, seed) and tabulate the runs.
+
+    EM runs on the maximum-likelihood twin of a Bayesian model (``"gmm"`` for ``"bayesian_gmm"``)
+    when the model itself has no EM. ``num_steps`` may be a dict per algorithm. Rows hold the final
+    objective per point (ELBO; log-likelihood for EM), the held-out log predictive per point,
+    steps, wall time and the time to get within 0.01 nats/point of the best run's objective.
+    """
+    from inference.api import ALGORITHMS, fit, get_algorithm
+
+    spec = get_model(model)
+    test_data = data if test_data is None else test_data
+    rows, results = [], []
+    for algorithm in algorithms:
+        alg = get_algorithm(algorithm)
+        target = spec
+        if algorithm == "em" and "em" not in spec.algorithms:
+            target = get_model(EM_TWINS.get(spec.name, spec.name))
+        for backend in backends:
+            if not alg.supports(target, backend):
+                continue
+            run_guides = (guides or target.guides) if algorithm == "svi" else (None,)
+            for guide in run_guides:
+                for seed in seeds:
+                    steps = num_steps.get(algorithm) if isinstance(num_steps, dict) else num_steps
+                    opts = _options_for(target, options)
+                    res = fit(
+                        target,
+                        data,
+                        algorithm,
+                        backend,
+                        guide=guide,
+                        seed=seed,
+                        num_steps=steps,
+                        progress=progress,
+                        **opts,
+                    )
+                    heldout = res.log_marginal_likelihood(
+                        test_data["x"], num_samples=num_samples, seed=seed
+                    )
+                    rows.append(
+                        {
+                            "model": target.name,
+                            "algorithm": algorithm,
+                            "guide": guide,
+                            "backend": backend,
+                            "seed": seed,
+                            "objective_per_point": float(_smoothed(res)[-1] / res.num_data),
+                            "heldout_log_pred_per_point": float(np.mean(heldout)),
+                            "steps": res.num_steps,
+                            "wall_time_s": res.timing["total"],
+                            "converged": res.converged,
+                        }
+                    )
+                    results.append(res)
+    if not rows:
+        raise ValueError(
+            f"No algorithm in {list(algorithms)} supports {spec.name!r} on {list(backends)}; "
+            f"valid algorithms are {sorted(ALGORITHMS)}."
+        )
+    best = max(r["objective_per_point"] for r in rows)
+    for row, res in zip(rows, results, strict=True):
+        y = _smoothed(res) / res.num_data
+        hit = np.nonzero(y >= best - TARGET_GAP)[0]
+        row["time_to_target_s"] = float(res.history["time"][hit[0]]) if len(hit) else float("nan")
+    return Comparison(rows=rows, results=results)
+
+
+# A Bayesian model's maximum-likelihood twin, which EM fits in a comparison.
+EM_TWINS = {"bayesian_gmm": "gmm"}
+
+
+def _options_for(spec, options):
+    """Pass each model only the options its ``prepare`` takes (EM's twin has no priors)."""
+    import inspect
+
+    allowed = set(inspect.signature(spec.prepare).parameters)
+    svi_keys = {"lr", "num_particles", "temperature", "init", "tol", "dtype", "device"}
+    return {k: v for k, v in options.items() if k in allowed or k in svi_keys}

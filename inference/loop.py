@@ -1,0 +1,125 @@
+"""The one loop every algorithm runs in: tolerance, progress, checkpoints, NaN guard, timing."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from inference import checkpoint
+
+
+class NonFiniteObjectiveError(FloatingPointError):
+    """The objective became NaN or inf; ``.result`` holds the last good parameters."""
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.result = result
+
+
+def _save(path, header, alg, state, history):
+    skeleton, arrays = alg.state_dict(state)
+    arrays.update({f"history/{k}": np.asarray(v) for k, v in history.items()})
+    checkpoint.save(path, {**header, "kind": "checkpoint", "state": skeleton}, arrays)
+
+
+def restore(path, header, alg, state):
+    """Load a checkpoint written for the same run; returns (state, history, step)."""
+    saved, arrays = checkpoint.load(path)
+    if saved.get("kind") != "checkpoint":
+        raise checkpoint.CheckpointError(f"{path!r} is a {saved.get('kind')!r}, not a checkpoint.")
+    for key in ("model", "algorithm", "backend", "guide", "data_fingerprint", "options"):
+        if saved.get(key) != header.get(key):
+            raise checkpoint.CheckpointError(
+                f"Checkpoint {path!r} was written by another run: its {key} is "
+                f"{saved.get(key)!r}, this run's is {header.get(key)!r}."
+            )
+    history = {
+        k[len("history/") :]: list(arrays.pop(k)) for k in list(arrays) if k.startswith("history/")
+    }
+    try:
+        state = alg.load_state_dict(state, saved["state"], arrays)
+    except (KeyError, ValueError) as err:
+        raise checkpoint.CheckpointError(
+            f"Checkpoint {path!r} does not fit this run: {err}"
+        ) from err
+    return state, history, int(saved["step"])
+
+
+def run(
+    alg,
+    state,
+    *,
+    num_steps: int,
+    tol: float | None,
+    num_data: int,
+    progress: bool = True,
+    checkpoint_path=None,
+    checkpoint_every: int = 100,
+    resume: bool = False,
+    header: dict | None = None,
+    callback=None,
+    make_result=None,
+):
+    """Step ``alg`` from ``state`` until ``num_steps`` or until the objective per data point
+    changes by less than ``tol``. Returns ``(state, history, converged)``.
+
+    ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt the last
+    completed step is checkpointed (when a path is given) before the exception propagates.
+    """
+    header = dict(header or {})
+    history = {"step": [], "objective": [], "time": []}
+    start_step = 0
+    if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
+        state, history, start_step = restore(checkpoint_path, header, alg, state)
+    elapsed0 = history["time"][-1] if history["time"] else 0.0
+    t0 = time.perf_counter() - elapsed0
+    converged = False
+    previous = history["objective"][-1] if history["objective"] else None
+    step = start_step
+    bar = tqdm(
+        total=num_steps, initial=start_step, disable=not progress, desc=header.get("algorithm")
+    )
+    try:
+        for step in range(start_step, num_steps):
+            new_state, info = alg.step(state)
+            objective = info.objective
+            if not math.isfinite(objective):
+                result = make_result(state, history, False) if make_result else None
+                raise NonFiniteObjectiveError(
+                    f"The objective became {objective} at step {step + 1}; the parameters of "
+                    f"step {step} are kept (error.result). Lower the learning rate, check the "
+                    "data scale, or use float64.",
+                    result,
+                )
+            state = new_state
+            history["step"].append(step + 1)
+            history["objective"].append(objective)
+            history["time"].append(time.perf_counter() - t0)
+            bar.update(1)
+            if progress and (step % 25 == 0 or step + 1 == num_steps):
+                bar.set_postfix_str(f"objective/point={objective / num_data:.4f}", refresh=False)
+            if callback is not None:
+                callback(step + 1, state, info)
+            if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
+                _save(checkpoint_path, {**header, "step": step + 1}, alg, state, history)
+            if (
+                tol is not None
+                and previous is not None
+                and abs(objective - previous) < tol * num_data
+            ):
+                converged = True
+                break
+            previous = objective
+    except KeyboardInterrupt:
+        if checkpoint_path is not None and history["step"]:
+            _save(checkpoint_path, {**header, "step": history["step"][-1]}, alg, state, history)
+        raise
+    finally:
+        bar.close()
+    if checkpoint_path is not None and history["step"]:
+        _save(checkpoint_path, {**header, "step": history["step"][-1]}, alg, state, history)
+    return state, history, converged

@@ -1,0 +1,162 @@
+"""``FitResult``: what a fit returns; backend-neutral (numpy), saved without pickle."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.special import logsumexp
+
+from inference import checkpoint
+from zoo import get_model
+
+
+@dataclass
+class FitResult:
+    """The fitted parameters, the objective's history and timings of one run.
+
+    Attributes
+    ----------
+    params : dict of str to ndarray
+        User-facing parameters (for mixtures: ``weights``, ``means``, ``covariances`` in
+        scikit-learn's conventions).
+    raw_params : dict of str to ndarray
+        The algorithm's own parameters (variational parameters, named as the guide's params).
+    history : dict of str to ndarray
+        ``step``, ``objective`` (nats, summed over data points) and ``time`` (seconds since the
+        start of the loop) per step.
+    objective : float
+        The last objective: the ELBO, or the log-likelihood for EM, in nats (sum over points).
+    """
+
+    model: str
+    algorithm: str
+    backend: str
+    guide: str | None
+    params: dict[str, np.ndarray]
+    raw_params: dict[str, np.ndarray]
+    config: Any
+    history: dict[str, np.ndarray]
+    converged: bool
+    timing: dict[str, float]
+    num_data: int
+    seed: int
+    options: dict = field(default_factory=dict)
+    data: dict | None = field(default=None, repr=False)  # training data, kept in memory only
+
+    @property
+    def objective(self) -> float:
+        return (
+            float(self.history["objective"][-1]) if len(self.history["objective"]) else float("nan")
+        )
+
+    @property
+    def objective_per_point(self) -> float:
+        return self.objective / self.num_data
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.history["objective"])
+
+    def sample_posterior(self, num_samples: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
+        """Draws of the global latents from the fitted posterior (a point mass for EM)."""
+        spec = get_model(self.model)
+        rng = np.random.default_rng(seed)
+        return spec.sample_posterior(
+            self.raw_params, self.config, self.guide_family, rng, num_samples
+        )
+
+    @property
+    def guide_family(self) -> str:
+        return "cavi" if self.algorithm == "cavi" else (self.guide or self.algorithm)
+
+    def pointwise_log_likelihood(self, data, num_samples=1000, seed=0) -> np.ndarray:
+        """(num_samples, N) log p(x_n | theta_s) with theta_s drawn from the fitted posterior."""
+        spec = get_model(self.model)
+        data = spec.validate_data(data if isinstance(data, dict) else {"x": data})
+        return spec.log_likelihood(self.sample_posterior(num_samples, seed), data)
+
+    def log_marginal_likelihood(self, x, num_samples: int = 1000, seed: int = 0) -> np.ndarray:
+        """Per-datum importance-weighted estimate of log p(x_n | training data), in nats.
+
+        The fitted posterior is the proposal: ``log (1/S) sum_s p(x_n | theta_s)``. Returns (N,).
+        """
+        if int(num_samples) < 1:
+            raise ValueError(
+                f"num_samples must be an int in the range [1, inf); got {num_samples}."
+            )
+        ll = self.pointwise_log_likelihood(x, int(num_samples), seed)
+        return logsumexp(ll, axis=0) - np.log(ll.shape[0])
+
+    def to_arviz(self, num_samples: int = 1000, seed: int = 0, data=None):
+        """Posterior draws as ``arviz.InferenceData`` (one chain), with the pointwise
+        log-likelihood of ``data`` (default: the training data, if this result still has it)."""
+        import arviz as az
+
+        draws = self.sample_posterior(num_samples, seed)
+        posterior = {k: v[None] for k, v in draws.items()}
+        data = self.data if data is None else data
+        kwargs = {}
+        if data is not None:
+            spec = get_model(self.model)
+            data = spec.validate_data(data if isinstance(data, dict) else {"x": data})
+            kwargs["log_likelihood"] = {k: spec.log_likelihood(draws, data)[None] for k in ("x",)}
+            kwargs["observed_data"] = data
+        return az.from_dict(posterior=posterior, **kwargs)
+
+    def save(self, path) -> None:
+        """Write to ``path`` (atomic, pickle-free); read back with ``inference.load``."""
+        arrays = {f"params/{k}": v for k, v in self.params.items()}
+        arrays.update({f"raw/{k}": v for k, v in self.raw_params.items()})
+        arrays.update({f"history/{k}": v for k, v in self.history.items()})
+        config_scalars = {}
+        for f in dataclasses.fields(self.config):
+            value = getattr(self.config, f.name)
+            if isinstance(value, np.ndarray):
+                arrays[f"config/{f.name}"] = value
+            else:
+                config_scalars[f.name] = value
+        header = {
+            "kind": "fit_result",
+            "model": self.model,
+            "algorithm": self.algorithm,
+            "backend": self.backend,
+            "guide": self.guide,
+            "converged": self.converged,
+            "timing": self.timing,
+            "num_data": self.num_data,
+            "seed": self.seed,
+            "options": self.options,
+            "config": config_scalars,
+        }
+        checkpoint.save(path, header, arrays)
+
+
+def load(path) -> FitResult:
+    """Read a ``FitResult`` written by ``FitResult.save`` (no code runs from the file)."""
+    header, arrays = checkpoint.load(path)
+    if header.get("kind") != "fit_result":
+        raise checkpoint.CheckpointError(f"{path!r} is a {header.get('kind')!r}, not a saved fit.")
+    spec = get_model(header["model"])
+
+    def group(prefix):
+        return {k[len(prefix) + 1 :]: v for k, v in arrays.items() if k.startswith(prefix + "/")}
+
+    config = spec.config_type(**header["config"], **group("config"))
+    return FitResult(
+        model=header["model"],
+        algorithm=header["algorithm"],
+        backend=header["backend"],
+        guide=header["guide"],
+        params=group("params"),
+        raw_params=group("raw"),
+        config=config,
+        history=group("history"),
+        converged=header["converged"],
+        timing=header["timing"],
+        num_data=header["num_data"],
+        seed=header["seed"],
+        options=header["options"],
+    )

@@ -1,0 +1,96 @@
+"""CAVI and EM against scikit-learn from the same initial responsibilities, both backends."""
+
+import numpy as np
+import pytest
+from sklearn.mixture import BayesianGaussianMixture, GaussianMixture
+
+import inference
+
+STEPS = 60
+
+
+def _from_resp(cls, resp):
+    class FromResponsibilities(cls):
+        def _initialize_parameters(self, X, random_state, xp=None):
+            self._initialize(X, resp)
+
+    return FromResponsibilities
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+@pytest.mark.parametrize("weight_prior", ["dirichlet_process", "dirichlet_distribution"])
+def test_cavi_matches_sklearn(gmm_data, resp0, backend, weight_prior):
+    K = resp0.shape[1]
+    ref = _from_resp(BayesianGaussianMixture, resp0)(
+        n_components=K,
+        weight_concentration_prior_type=weight_prior,
+        max_iter=STEPS,
+        tol=0.0,
+        reg_covar=0.0,
+    )
+    with pytest.warns(Warning):  # sklearn warns that tol=0 never converges
+        ref.fit(gmm_data)
+    res = inference.fit(
+        "bayesian_gmm",
+        {"x": gmm_data},
+        algorithm="cavi",
+        backend=backend,
+        K=K,
+        weight_prior=weight_prior,
+        init=resp0,
+        num_steps=STEPS,
+        tol=0.0,
+        progress=False,
+    )
+    assert res.num_steps == STEPS
+    np.testing.assert_allclose(res.params["weights"], ref.weights_, rtol=1e-6)
+    np.testing.assert_allclose(res.params["means"], ref.means_, rtol=1e-6)
+    np.testing.assert_allclose(res.params["covariances"], ref.covariances_, rtol=1e-6)
+    # The ELBO never decreases (up to float64 round-off of a ~1e3 number).
+    elbo = res.history["objective"]
+    assert np.all(np.diff(elbo) >= -1e-9 * np.abs(elbo[1:]))
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_em_matches_sklearn(gmm_data, resp0, backend):
+    K = resp0.shape[1]
+    ref = _from_resp(GaussianMixture, resp0)(n_components=K, max_iter=STEPS, tol=0.0)
+    with pytest.warns(Warning):
+        ref.fit(gmm_data)
+    res = inference.fit(
+        "gmm",
+        {"x": gmm_data},
+        algorithm="em",
+        backend=backend,
+        K=K,
+        init=resp0,
+        num_steps=STEPS,
+        tol=0.0,
+        progress=False,
+    )
+    np.testing.assert_allclose(res.params["weights"], ref.weights_, rtol=1e-6)
+    np.testing.assert_allclose(res.params["means"], ref.means_, rtol=1e-6)
+    np.testing.assert_allclose(res.params["covariances"], ref.covariances_, rtol=1e-6)
+    # EM's objective is the log-likelihood, which never decreases.
+    ll = res.history["objective"]
+    assert np.all(np.diff(ll) >= -1e-9 * np.abs(ll[1:]))
+
+
+def test_backends_agree_on_cavi_elbo(gmm_data, resp0):
+    fits = [
+        inference.fit(
+            "bayesian_gmm",
+            {"x": gmm_data},
+            algorithm="cavi",
+            backend=b,
+            K=5,
+            init=resp0,
+            num_steps=20,
+            tol=0.0,
+            progress=False,
+        )
+        for b in ("pyro", "numpyro")
+    ]
+    np.testing.assert_allclose(
+        fits[0].history["objective"], fits[1].history["objective"], rtol=1e-10
+    )

@@ -1,0 +1,313 @@
+"""Tests for zoo.distributions (NumPyro) and zoo.torch_distributions (Pyro).
+
+JAX work is wrapped in ``jax.jit``: compiling one function is much cheaper than compiling every
+eager op separately, which keeps this file fast on a small CPU.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.contrib.funsor  # noqa: F401  (NumPyro's TraceEnum_ELBO needs funsor)
+import numpyro.distributions as ndist
+import pyro
+import pyro.distributions as pdist
+import pytest
+import torch
+from scipy.special import logsumexp
+from scipy.stats import norm
+
+from zoo.distributions import RelaxedOneHotCategorical, StickBreakingCategorical
+from zoo.torch_distributions import StickBreakingCategorical as TorchStickBreaking
+
+# The whole project runs in float64; enable it before any test builds an array.
+jax.config.update("jax_enable_x64", True)
+
+RTOL = 1e-10
+
+
+@jax.jit
+def _relaxed_log_prob(value, temperature, probs=None, logits=None):
+    return RelaxedOneHotCategorical(temperature, probs=probs, logits=logits).log_prob(value)
+
+
+@partial(jax.jit, static_argnames="sample_shape")
+def _relaxed_sample(key, temperature, probs=None, logits=None, sample_shape=()):
+    return RelaxedOneHotCategorical(temperature, probs=probs, logits=logits).sample(
+        key, sample_shape
+    )
+
+
+def _torch_relaxed(temperature, probs=None, logits=None):
+    def t(a):
+        return None if a is None else torch.as_tensor(np.asarray(a), dtype=torch.float64)
+
+    return torch.distributions.RelaxedOneHotCategorical(
+        t(temperature), probs=t(probs), logits=t(logits)
+    )
+
+
+# ----------------------------------------------------------------- RelaxedOneHotCategorical
+
+
+@pytest.mark.parametrize("param", ["probs", "logits"])
+@pytest.mark.parametrize("batch_shape", [(), (3,), (2, 3)])
+def test_relaxed_log_prob_matches_torch(param, batch_shape):
+    rng = np.random.default_rng(0)
+    num_events = 4
+    for _ in range(3):
+        temperature = rng.uniform(0.2, 3.0)
+        if param == "probs":
+            kwargs = {"probs": rng.dirichlet(np.ones(num_events), size=batch_shape)}
+        else:
+            kwargs = {"logits": rng.normal(size=batch_shape + (num_events,))}
+        # Values from a Dirichlet, not from either sampler, so neither side is favoured.
+        value = rng.dirichlet(np.full(num_events, 0.5), size=(5,) + batch_shape)
+        expected = _torch_relaxed(temperature, **kwargs).log_prob(torch.as_tensor(value)).numpy()
+        actual = _relaxed_log_prob(value, temperature, **kwargs)
+        assert actual.shape == (5,) + batch_shape
+        np.testing.assert_allclose(np.asarray(actual), expected, rtol=RTOL)
+
+
+def test_relaxed_shapes_and_batched_temperature():
+    rng = np.random.default_rng(1)
+    temperature = rng.uniform(0.2, 3.0, size=3)
+    probs = rng.dirichlet(np.ones(5), size=3)
+    value = rng.dirichlet(np.ones(5), size=(4, 3))
+    # torch only supports a scalar temperature, so compare row by row.
+    actual = np.asarray(_relaxed_log_prob(value, temperature, probs=probs))
+    for b in range(3):
+        expected = _torch_relaxed(temperature[b], probs=probs[b]).log_prob(
+            torch.as_tensor(value[:, b])
+        )
+        np.testing.assert_allclose(actual[:, b], expected.numpy(), rtol=RTOL)
+    # A temperature with its own batch dimension broadcasts against the logits' batch.
+    assert RelaxedOneHotCategorical.infer_shapes((3, 1), logits=(2, 5)) == ((3, 2), (5,))
+    d = jax.eval_shape(lambda t, p: RelaxedOneHotCategorical(t, probs=p), temperature, probs)
+    assert d.batch_shape == (3,) and d.event_shape == (5,)
+    sample = jax.eval_shape(
+        partial(_relaxed_sample, sample_shape=(7,)),
+        jax.random.PRNGKey(0),
+        temperature[:, None],
+        logits=probs[:2],
+    )
+    assert sample.shape == (7, 3, 2, 5)
+
+
+def test_relaxed_samples_shape_and_simplex():
+    probs = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1]])
+    # Very low temperature: softmax would give exact zeros without the clamp.
+    for key, temperature in enumerate([0.3, 1e-3]):
+        x = _relaxed_sample(jax.random.PRNGKey(key), temperature, probs, sample_shape=(1000,))
+        assert x.shape == (1000, 2, 4)
+        x = np.asarray(x)
+        assert np.all(x > 0) and np.all(x < 1)
+        np.testing.assert_allclose(x.sum(-1), 1.0, atol=1e-12)
+        assert np.all(np.isfinite(_relaxed_log_prob(x, temperature, probs)))
+
+
+def test_relaxed_samples_agree_with_torch():
+    n = 20000
+    probs = np.array([0.1, 0.2, 0.3, 0.4])
+    temperature = 0.5
+    x = np.asarray(_relaxed_sample(jax.random.PRNGKey(2), temperature, probs, sample_shape=(n,)))
+    torch.manual_seed(0)
+    y = _torch_relaxed(temperature, probs=probs).sample((n,)).numpy()
+    z = (x.mean(0) - y.mean(0)) / np.sqrt((x.var(0) + y.var(0)) / n)
+    assert np.all(np.abs(z) < 5), z
+    # Gumbel-max: the argmax of a Concrete sample is Categorical(probs) at any temperature.
+    freq = np.bincount(x.argmax(-1), minlength=4) / n
+    assert np.all(np.abs(freq - probs) < 5 * np.sqrt(probs * (1 - probs) / n)), freq
+
+
+def test_relaxed_reparameterised_gradient():
+    key = jax.random.PRNGKey(3)
+    weights = jnp.arange(4.0)
+
+    def f(logits):
+        return RelaxedOneHotCategorical(0.7, logits=logits).sample(key) @ weights
+
+    grad = jax.jit(jax.grad(f))(jnp.array([0.1, -0.3, 0.5, 0.0]))
+    assert np.all(np.isfinite(grad)) and np.any(grad != 0)
+    assert RelaxedOneHotCategorical(0.7, logits=jnp.zeros(3)).has_rsample
+
+
+def test_relaxed_pytree_jit_and_expand():
+    # A distribution built inside jit comes back out through tree_unflatten ...
+    probs = jnp.array([0.2, 0.3, 0.5])
+    d = jax.jit(lambda p: RelaxedOneHotCategorical(0.5, probs=p))(probs)
+    assert d.batch_shape == () and d.event_shape == (3,)
+    value = _relaxed_sample(jax.random.PRNGKey(4), 0.5, probs, sample_shape=(6,))
+    # ... and goes back in as an argument, also when expanded.
+    np.testing.assert_allclose(
+        jax.jit(lambda d, v: d.log_prob(v))(d, value), _relaxed_log_prob(value, 0.5, probs)
+    )
+
+    @jax.jit
+    def expanded(d, key, value):
+        e = d.expand((2, 3))
+        return e.sample(key), e.log_prob(value)
+
+    e = d.expand((2, 3))
+    assert e.batch_shape == (2, 3) and e.event_shape == (3,)
+    sample, log_prob = expanded(d, jax.random.PRNGKey(5), value[:3])
+    assert sample.shape == (2, 3, 3) and log_prob.shape == (2, 3)
+
+
+def test_relaxed_in_plate_under_jit():
+    mu = jnp.array([-2.0, 0.0, 2.0])
+    x = jnp.array([-2.1, 0.3, 1.9, 2.2, -0.1])
+
+    def model(x):
+        with numpyro.plate("data", 5):
+            z = numpyro.sample("z", RelaxedOneHotCategorical(0.5, probs=jnp.ones(3) / 3))
+            numpyro.sample("x", ndist.Normal(z @ mu, 1.0), obs=x)
+
+    def guide(x):
+        logits = numpyro.param("logits", jnp.zeros((5, 3)))
+        with numpyro.plate("data", 5):
+            numpyro.sample("z", RelaxedOneHotCategorical(0.5, logits=logits))
+
+    elbo = numpyro.infer.Trace_ELBO()
+    loss = jax.jit(lambda key: elbo.loss(key, {}, model, guide, x))(jax.random.PRNGKey(6))
+    assert np.isfinite(loss)
+
+
+def test_relaxed_bad_input():
+    with pytest.raises(ValueError):
+        RelaxedOneHotCategorical(0.0, probs=jnp.ones(3) / 3, validate_args=True)
+    with pytest.raises(ValueError):
+        RelaxedOneHotCategorical(jnp.array([1.0, -1.0]), logits=jnp.zeros(3), validate_args=True)
+    with pytest.raises(ValueError, match="probs.*logits"):
+        RelaxedOneHotCategorical(1.0, probs=jnp.ones(3) / 3, logits=jnp.zeros(3))
+    with pytest.raises(ValueError, match="probs.*logits"):
+        RelaxedOneHotCategorical(1.0)
+
+
+# ----------------------------------------------------------------- StickBreakingCategorical
+
+
+def _hand_log_pi(sticks):
+    out = np.empty_like(sticks)
+    for k in range(sticks.shape[-1]):
+        out[..., k] = np.log(sticks[..., k]) + np.log(1 - sticks[..., :k]).sum(-1)
+    return out
+
+
+_stick_breaking = jax.jit(StickBreakingCategorical)
+_log_prob = jax.jit(lambda d, value: d.log_prob(value))
+
+
+def test_stick_breaking_log_prob_both_backends():
+    rng = np.random.default_rng(7)
+    sticks = rng.uniform(0.05, 0.95, size=(2, 3, 5))
+    expected = np.moveaxis(_hand_log_pi(sticks), -1, 0)  # (K, 2, 3)
+    d = _stick_breaking(sticks)
+    t = TorchStickBreaking(torch.as_tensor(sticks))
+    assert d.batch_shape == (2, 3) and t.batch_shape == (2, 3)
+    values = d.enumerate_support()
+    assert values.shape == (5, 2, 3)
+    np.testing.assert_allclose(np.asarray(_log_prob(d, values)), expected, rtol=RTOL)
+    t_values = t.enumerate_support()
+    np.testing.assert_allclose(t.log_prob(t_values).numpy(), expected, rtol=RTOL)
+    # Defective: the mass beyond the truncation, prod(1 - v), is missing.
+    total = np.exp(np.asarray(_log_prob(d, values))).sum(0)
+    np.testing.assert_allclose(total, 1 - np.prod(1 - sticks, -1), rtol=RTOL)
+    assert np.all(total < 1)
+    np.testing.assert_allclose(np.asarray(d.logits), np.moveaxis(expected, 0, -1), rtol=RTOL)
+    np.testing.assert_allclose(np.asarray(d.probs), np.exp(np.moveaxis(expected, 0, -1)))
+    np.testing.assert_allclose(t.probs.numpy(), np.exp(np.moveaxis(expected, 0, -1)))
+    # Enumeration-shaped values (K, 1, 1) broadcast against the batch.
+    unexpanded = d.enumerate_support(expand=False)
+    assert unexpanded.shape == (5, 1, 1)
+    np.testing.assert_allclose(np.asarray(_log_prob(d, unexpanded)), expected, rtol=RTOL)
+    t_unexpanded = t.enumerate_support(expand=False)
+    np.testing.assert_allclose(t.log_prob(t_unexpanded).numpy(), expected, rtol=RTOL)
+
+
+def test_stick_breaking_sample_and_expand():
+    sticks = np.array([0.3, 0.5, 0.2, 0.4])
+    pi = np.exp(_hand_log_pi(sticks))
+    pi_normalised = pi / pi.sum()
+    n = 20000
+    d = _stick_breaking(sticks)
+    t = TorchStickBreaking(torch.as_tensor(sticks))
+    x = np.asarray(jax.jit(lambda d, key: d.sample(key, (n,)))(d, jax.random.PRNGKey(8)))
+    torch.manual_seed(1)
+    y = t.sample((n,)).numpy()
+    se = np.sqrt(pi_normalised * (1 - pi_normalised) / n)
+    for draws in (x, y):
+        assert draws.shape == (n,)
+        freq = np.bincount(draws, minlength=4) / n
+        assert np.all(np.abs(freq - pi_normalised) < 5 * se), freq
+
+    @jax.jit
+    def expanded(d, key):
+        e = d.expand((3, 2))
+        return e.sample(key, (7,)), e.log_prob(e.enumerate_support())
+
+    sample, log_prob = expanded(d, jax.random.PRNGKey(9))
+    te = t.expand((3, 2))
+    assert sample.shape == (7, 3, 2) and te.sample((7,)).shape == (7, 3, 2)
+    assert te.sticks.shape == (3, 2, 4)
+    expected = np.broadcast_to(np.log(pi)[:, None, None], (4, 3, 2))
+    np.testing.assert_allclose(log_prob, expected, rtol=RTOL)
+    np.testing.assert_allclose(te.log_prob(te.enumerate_support()).numpy(), expected, rtol=RTOL)
+
+
+def _enumerated_gmm_loss(sticks, mu, x):
+    log_pi = _hand_log_pi(sticks)
+    log_lik = norm.logpdf(x[:, None], mu[None, :], 1.0)
+    return -logsumexp(log_pi + log_lik, axis=-1).sum()
+
+
+STICKS = np.array([0.4, 0.3, 0.6, 0.5])
+MU = np.array([-3.0, -1.0, 1.0, 3.0])
+X = np.array([-2.5, -0.8, 0.2, 1.1, 2.9, 3.4])
+
+
+def test_stick_breaking_enumeration_numpyro():
+    def model(x):
+        with numpyro.plate("data", len(x)):
+            z = numpyro.sample(
+                "z", StickBreakingCategorical(jnp.asarray(STICKS)), infer={"enumerate": "parallel"}
+            )
+            numpyro.sample("x", ndist.Normal(jnp.asarray(MU)[z], 1.0), obs=x)
+
+    def guide(x):
+        pass
+
+    elbo = numpyro.infer.TraceEnum_ELBO()
+    loss = jax.jit(lambda key: elbo.loss(key, {}, model, guide, jnp.asarray(X)))(
+        jax.random.PRNGKey(10)
+    )
+    np.testing.assert_allclose(loss, _enumerated_gmm_loss(STICKS, MU, X), rtol=RTOL)
+
+
+def test_stick_breaking_enumeration_pyro():
+    sticks, mu, x = (torch.as_tensor(a) for a in (STICKS, MU, X))
+
+    def model(x):
+        with pyro.plate("data", len(x)):
+            z = pyro.sample("z", TorchStickBreaking(sticks), infer={"enumerate": "parallel"})
+            pyro.sample("x", pdist.Normal(mu[z], 1.0), obs=x)
+
+    def guide(x):
+        pass
+
+    pyro.clear_param_store()
+    loss = pyro.infer.TraceEnum_ELBO(max_plate_nesting=1).loss(model, guide, x)
+    np.testing.assert_allclose(loss, _enumerated_gmm_loss(STICKS, MU, X), rtol=RTOL)
+
+
+def test_stick_breaking_bad_input():
+    with pytest.raises(ValueError):
+        StickBreakingCategorical(np.array([0.5, 1.5]), validate_args=True)
+    with pytest.raises(ValueError):
+        TorchStickBreaking(torch.tensor([0.5, -0.1]), validate_args=True)
+    with pytest.raises(NotImplementedError):
+        TorchStickBreaking(torch.tensor([0.5, 0.5])).entropy()

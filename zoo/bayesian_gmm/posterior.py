@@ -1,0 +1,71 @@
+"""Draws from a fitted posterior and the mixture likelihood, in numpy (backend-neutral).
+
+Used for held-out log predictive densities and ``to_arviz``: both backends' fits are evaluated by
+the same code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import logsumexp
+from scipy.stats import wishart
+
+LOG_2PI = np.log(2 * np.pi)
+
+
+def _stick_breaking(sticks):
+    sticks = np.clip(sticks, 1e-12, 1 - 1e-12)  # a Beta draw can round to exactly 0 or 1
+    log_rest = np.cumsum(np.log1p(-sticks), axis=-1)
+    return sticks * np.exp(np.concatenate([np.zeros_like(sticks[..., :1]), log_rest[..., :-1]], -1))
+
+
+def sample_posterior(params, config, family, rng, num_samples):
+    """Draws of ``weights`` (S, K), ``means`` (S, K, D), ``precisions`` (S, K, D, D).
+
+    ``family`` is ``"cavi"`` (mu_k | Lambda_k Normal-Wishart) or a fixed-form guide name (mu_k and
+    Lambda_k independent). Stick-breaking weights are renormalised over the K components kept.
+    """
+    S = int(num_samples)
+    if "stick_a" in params:
+        weights = _stick_breaking(
+            rng.beta(params["stick_a"], params["stick_b"], size=(S, config.K))
+        )
+    else:
+        weights = rng.dirichlet(params["weight_concentration"], size=S)
+    weights = weights / weights.sum(-1, keepdims=True)
+    tril, dof, means = params["scale_tril"], params["dof"], params["mean_loc"]
+    K, d = means.shape
+    precisions = np.stack(
+        [
+            wishart(df=dof[k], scale=tril[k] @ tril[k].T)
+            .rvs(size=S, random_state=rng)
+            .reshape(S, d, d)
+            for k in range(K)
+        ],
+        axis=1,
+    )
+    eps = rng.standard_normal((S, K, d, 1))
+    if family == "cavi":
+        # mu = m + (beta Lambda)^{-1/2} eps, through the Cholesky factor of beta Lambda.
+        chol = np.linalg.cholesky(params["mean_precision"][:, None, None] * precisions)
+        offset = np.linalg.solve(np.swapaxes(chol, -1, -2), eps)[..., 0]
+    else:
+        offset = (params["mean_scale_tril"] @ eps)[..., 0]
+    return {"weights": weights, "means": means + offset, "precisions": precisions}
+
+
+def log_likelihood(samples, data, chunk: int = 64) -> np.ndarray:
+    """(S, N) log sum_k w_sk N(x_n | mu_sk, Lambda_sk^-1), in chunks of draws to bound memory."""
+    x = data["x"]
+    d = x.shape[1]
+    out = []
+    for start in range(0, samples["weights"].shape[0], chunk):
+        w = samples["weights"][start : start + chunk]
+        mu = samples["means"][start : start + chunk]
+        chol = np.linalg.cholesky(samples["precisions"][start : start + chunk])  # (s, K, D, D)
+        # ||L^T (x - mu)||^2 with Lambda = L L^T.
+        proj = np.einsum("skij,ni->snkj", chol, x) - np.einsum("skij,ski->skj", chol, mu)[:, None]
+        half_logdet = np.log(np.diagonal(chol, axis1=-2, axis2=-1)).sum(-1)
+        comp = -0.5 * d * LOG_2PI + half_logdet[:, None] - 0.5 * (proj**2).sum(-1)
+        out.append(logsumexp(comp + np.log(w)[:, None], axis=-1))
+    return np.concatenate(out, axis=0)

@@ -1,0 +1,252 @@
+"""NumPyro distributions that NumPyro does not ship.
+
+* :class:`RelaxedOneHotCategorical` -- the Concrete / Gumbel-softmax distribution, with the
+  parameterisation and density of :class:`torch.distributions.RelaxedOneHotCategorical`, so a
+  Pyro model and its NumPyro twin score the same values identically.
+* :class:`StickBreakingCategorical` -- a categorical over a truncated stick-breaking prior whose
+  mass beyond the truncation is left out rather than renormalised away (its torch twin lives in
+  :mod:`zoo.torch_distributions`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax, random
+from jax.scipy.special import gammaln, logsumexp
+from numpyro.distributions import CategoricalLogits, Distribution, constraints
+from numpyro.distributions import Wishart as _NumPyroWishart
+from numpyro.distributions.util import clamp_probs, lazy_property, validate_sample
+
+__all__ = ["RelaxedOneHotCategorical", "StickBreakingCategorical", "stick_breaking_log_weights"]
+
+
+def stick_breaking_log_weights(sticks):
+    r"""Log stick-breaking weights :math:`\log \pi_k = \log v_k + \sum_{j<k} \log(1 - v_j)`.
+
+    Parameters
+    ----------
+    sticks : array, shape (..., K)
+        Stick proportions :math:`v_k \in [0, 1]`.
+
+    Returns
+    -------
+    array, shape (..., K)
+        :math:`\log \pi_k`, not normalised: :math:`\sum_k \pi_k = 1 - \prod_k (1 - v_k)`.
+    """
+    log_rest = jnp.log1p(-sticks)
+    # Exclusive cumulative sum by padding rather than ``cumsum - log_rest``, which would give
+    # -inf - (-inf) = nan after a stick equal to one.
+    zeros = jnp.zeros_like(log_rest[..., :1])
+    log_prefix = jnp.concatenate([zeros, jnp.cumsum(log_rest[..., :-1], axis=-1)], axis=-1)
+    return jnp.log(sticks) + log_prefix
+
+
+class RelaxedOneHotCategorical(Distribution):
+    r"""Concrete / Gumbel-softmax distribution on the probability simplex.
+
+    The continuous relaxation of a one-hot categorical of Maddison et al. (2017) and Jang et al.
+    (2017). A draw is ``softmax((logits + g) / temperature)`` with ``g`` i.i.d. standard Gumbel,
+    which is reparameterised, and the density on the simplex is
+
+    .. math::
+        p(x) = (K-1)!\, \tau^{K-1} \prod_{k=1}^{K} \frac{\pi_k x_k^{-\tau-1}}
+        {\left(\sum_{i} \pi_i x_i^{-\tau}\right)}\,,
+
+    the same parameterisation and ``log_prob`` as
+    :class:`torch.distributions.RelaxedOneHotCategorical` (which computes it as an
+    ``ExpRelaxedCategorical`` in log-space pushed through ``exp``).
+
+    Parameters
+    ----------
+    temperature : float or array, shape broadcastable with the batch shape
+        Relaxation temperature :math:`\tau > 0`; samples approach one-hot vectors as
+        :math:`\tau \to 0`.
+    probs : array, shape (..., K), optional
+        Event probabilities on the simplex.
+    logits : array, shape (..., K), optional
+        Unnormalised log probabilities. Exactly one of ``probs`` and ``logits`` is given.
+    validate_args : bool, optional
+        Check the parameters (and values passed to ``log_prob``) against their constraints.
+
+    Notes
+    -----
+    ``batch_shape`` is the broadcast of ``temperature``'s shape with ``logits.shape[:-1]`` and
+    ``event_shape`` is ``(K,)``.
+    """
+
+    arg_constraints = {
+        "temperature": constraints.positive,
+        "probs": constraints.simplex,
+        "logits": constraints.real_vector,
+    }
+    support = constraints.simplex
+    reparametrized_params = ["temperature", "probs", "logits"]
+
+    def __init__(self, temperature, probs=None, logits=None, validate_args=None):
+        if (probs is None) == (logits is None):
+            raise ValueError("Exactly one of `probs` or `logits` must be specified.")
+        param = probs if logits is None else logits
+        if jnp.ndim(param) < 1:
+            raise ValueError("`probs` / `logits` must be at least one-dimensional.")
+        batch_shape = lax.broadcast_shapes(jnp.shape(temperature), jnp.shape(param)[:-1])
+        event_shape = jnp.shape(param)[-1:]
+        # Parameters are stored broadcast to the full batch so that sample() and log_prob()
+        # need no shape bookkeeping and the pytree leaves have predictable shapes.
+        self.temperature = jnp.broadcast_to(temperature, batch_shape)
+        if probs is not None:
+            self.probs = jnp.broadcast_to(probs, batch_shape + event_shape)
+            # torch takes logits = log(clamp_probs(probs)); a zero probability stays finite.
+            self.logits = jnp.log(clamp_probs(self.probs))
+        else:
+            self.logits = jnp.broadcast_to(logits, batch_shape + event_shape)
+        super().__init__(batch_shape, event_shape, validate_args=validate_args)
+
+    @lazy_property
+    def probs(self):
+        """Event probabilities, shape ``batch_shape + (K,)``; derived when built from logits."""
+        return jax.nn.softmax(self.logits, axis=-1)
+
+    @staticmethod
+    def infer_shapes(temperature=(), probs=None, logits=None):
+        param = probs if logits is None else logits
+        batch_shape = lax.broadcast_shapes(tuple(temperature), tuple(param[:-1]))
+        return batch_shape, tuple(param[-1:])
+
+    def sample(self, key, sample_shape=()):
+        """Draw reparameterised samples with the Gumbel-softmax trick.
+
+        Parameters
+        ----------
+        key : jax.random.PRNGKey
+        sample_shape : tuple of int
+
+        Returns
+        -------
+        array, shape ``sample_shape + batch_shape + (K,)``
+            Points strictly inside the simplex.
+        """
+        shape = sample_shape + self.batch_shape + self.event_shape
+        dtype = jnp.result_type(self.logits, float)
+        # Clamping the uniforms keeps the Gumbel noise finite, as torch's rsample does.
+        uniforms = clamp_probs(random.uniform(key, shape, dtype=dtype))
+        gumbels = -jnp.log(-jnp.log(uniforms))
+        scores = (self.logits + gumbels) / self.temperature[..., None]
+        # At low temperature softmax underflows to exact 0 / 1; clamp so log_prob stays finite.
+        return clamp_probs(jax.nn.softmax(scores, axis=-1))
+
+    @validate_sample
+    def log_prob(self, value):
+        """Log density on the simplex, identical to torch's ``RelaxedOneHotCategorical``.
+
+        Parameters
+        ----------
+        value : array, shape ``(...,) + (K,)`` broadcastable with ``batch_shape + (K,)``
+
+        Returns
+        -------
+        array, shape ``broadcast(value.shape[:-1], batch_shape)``
+        """
+        num_events = self.event_shape[-1]
+        log_value = jnp.log(value)
+        # Density of y = log(x) (torch's ExpRelaxedCategorical) ...
+        score = self.logits - self.temperature[..., None] * log_value
+        score = jnp.sum(score - logsumexp(score, axis=-1, keepdims=True), axis=-1)
+        log_scale = gammaln(float(num_events)) + (num_events - 1) * jnp.log(self.temperature)
+        # ... plus log|dy/dx| = -sum_k log x_k for the change of variables to x = exp(y).
+        return score + log_scale - jnp.sum(log_value, axis=-1)
+
+
+class StickBreakingCategorical(CategoricalLogits):
+    r"""Categorical over the first ``K`` components of a truncated stick-breaking prior.
+
+    With stick proportions :math:`v_0, \dots, v_{K-1}`,
+
+    .. math::
+        \log p(k) = \log \pi_k = \log v_k + \sum_{j<k} \log(1 - v_j), \quad k = 0, \dots, K-1,
+
+    exactly, *not* renormalised: the missing mass :math:`1 - \sum_k \pi_k = \prod_k (1 - v_k)`
+    belongs to the components beyond the truncation level (the nested truncation of Kurihara,
+    Welling & Teh, 2007, used by scikit-learn's ``BayesianGaussianMixture`` with
+    ``weight_concentration_prior_type="dirichlet_process"``). The distribution is therefore
+    defective; ``log_prob`` and enumeration use these unnormalised weights.
+
+    :meth:`sample` draws from the normalised probabilities :math:`\pi / \sum_k \pi_k`, i.e. it
+    samples conditionally on the component lying within the truncation.
+
+    Parameters
+    ----------
+    sticks : array, shape (..., K)
+        Stick proportions in :math:`(0, 1)` (the end points are allowed and give components
+        of zero mass).
+    validate_args : bool, optional
+        Check ``sticks`` (and values passed to ``log_prob``) against their constraints.
+
+    Attributes
+    ----------
+    logits : array, shape (..., K)
+        Unnormalised :math:`\log \pi`.
+    probs : array, shape (..., K)
+        Unnormalised :math:`\pi`.
+    """
+
+    arg_constraints = {"sticks": constraints.independent(constraints.unit_interval, 1)}
+
+    def __init__(self, sticks, validate_args=None):
+        if jnp.ndim(sticks) < 1:
+            raise ValueError("`sticks` must be at least one-dimensional.")
+        self.sticks = sticks
+        super().__init__(logits=stick_breaking_log_weights(sticks), validate_args=validate_args)
+
+    @lazy_property
+    def probs(self):
+        """Unnormalised stick-breaking weights :math:`\\pi`, shape ``batch_shape + (K,)``."""
+        return jnp.exp(self.logits)
+
+    def sample(self, key, sample_shape=()):
+        """Draw component indices from the normalised weights :math:`\\pi / \\sum_k \\pi_k`.
+
+        Parameters
+        ----------
+        key : jax.random.PRNGKey
+        sample_shape : tuple of int
+
+        Returns
+        -------
+        int array, shape ``sample_shape + batch_shape``
+        """
+        # jax.random.categorical normalises the logits itself (Gumbel-max).
+        return super().sample(key, sample_shape)
+
+    @validate_sample
+    def log_prob(self, value):
+        r"""Unnormalised :math:`\log \pi_k` of the indices ``value``.
+
+        Parameters
+        ----------
+        value : int array, broadcastable with ``batch_shape`` (e.g. ``(K, 1, ...)`` when
+            enumerated)
+
+        Returns
+        -------
+        array, shape ``broadcast(value.shape, batch_shape)``
+        """
+        batch_shape = lax.broadcast_shapes(jnp.shape(value), self.batch_shape)
+        value = jnp.broadcast_to(jnp.expand_dims(value, -1), batch_shape + (1,))
+        log_pi = jnp.broadcast_to(self.logits, batch_shape + jnp.shape(self.logits)[-1:])
+        return jnp.take_along_axis(log_pi, value.astype(jnp.int32), axis=-1)[..., 0]
+
+    def entropy(self):
+        raise NotImplementedError("The entropy of a defective distribution is not defined.")
+
+
+class Wishart(_NumPyroWishart):
+    """``numpyro.distributions.Wishart`` with pathwise gradients in the concentration too.
+
+    NumPyro samples by the Bartlett decomposition with JAX's Gamma sampler, which is
+    reparameterised (implicit gradients), but does not list ``concentration`` among the
+    reparameterised parameters, so ELBOs treat the site as non-reparameterisable and add
+    score-function terms. Declaring it matches torch's ``Wishart`` (``has_rsample=True``).
+    """
+
+    reparametrized_params = ["concentration", "scale_matrix", "rate_matrix", "scale_tril"]

@@ -1,0 +1,70 @@
+r"""Maximum-likelihood Gaussian mixture with full covariances, the model EM fits.
+
+Generative process, for ``n = 1..N``::
+
+    z_n ~ Categorical(weights)
+    x_n | z_n ~ Normal(means[z_n], covariances[z_n])
+
+``weights``, ``means`` and ``scale_tril`` (the Cholesky factor of each covariance) are parameters,
+not latent variables; ``z`` is summed out by enumeration under SVI. Sites: ``z`` and ``x`` in
+plate ``data``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zoo.bayesian_gmm import check_components
+from zoo.gmm import posterior
+from zoo.spec import DataField, ModelSpec
+
+
+@dataclass(frozen=True)
+class GMMConfig:
+    K: int
+    dim: int
+    reg_covar: float = 1e-6
+
+
+def prepare(data, K: int = 10, reg_covar: float = 1e-6) -> GMMConfig:
+    """``reg_covar`` is added to each covariance's diagonal in the M-step, as in scikit-learn."""
+    n, d = data["x"].shape
+    K = check_components(K, n)
+    if not reg_covar >= 0:
+        raise ValueError(f"reg_covar must be a float in the range [0, inf); got {reg_covar}.")
+    return GMMConfig(K=K, dim=d, reg_covar=float(reg_covar))
+
+
+def summarize(params: dict, config: GMMConfig) -> dict:
+    tril = params["scale_tril"]
+    return {
+        "weights": params["weights"],
+        "means": params["means"],
+        "covariances": tril @ np.swapaxes(tril, -1, -2),
+    }
+
+
+def make_data(rng: np.random.Generator, n: int = 600) -> dict:
+    from zoo.bayesian_gmm import make_data as bayesian_gmm_data
+
+    return bayesian_gmm_data(rng, n)
+
+
+SPEC = ModelSpec(
+    name="gmm",
+    description="Gaussian mixture, full covariance, maximum likelihood (the model EM fits)",
+    data={"x": DataField(ndim=2, kind="f", doc="(N, D) observations")},
+    backends={"pyro": "zoo.gmm.pyro_model", "numpyro": "zoo.gmm.numpyro_model"},
+    guides=("enum",),
+    algorithms=("em", "svi"),
+    prepare=prepare,
+    closed_form="zoo.gmm.closed_form",
+    make_data=make_data,
+    summarize=summarize,
+    config_type=GMMConfig,
+    sample_posterior=posterior.sample_posterior,
+    log_likelihood=posterior.log_likelihood,
+    tags=("discrete-latent", "maximum-likelihood", "mixture"),
+)

@@ -1,0 +1,136 @@
+"""``ModelSpec``: everything the inference layer needs to know about a model, as plain data."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+BACKENDS = ("pyro", "numpyro")
+
+
+@dataclass(frozen=True)
+class DataField:
+    """The contract for one data key: its rank, its dtype kind and what it means."""
+
+    ndim: int
+    kind: str = "f"  # numpy dtype kinds accepted: "f" float, "i" integer, "u" unsigned, "b" bool
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model of the zoo, described for the inference layer.
+
+    Parameters
+    ----------
+    name : str
+        Registry name, e.g. ``"bayesian_gmm"``.
+    description : str
+        One line shown by ``python -m zoo list``.
+    data : mapping of str to DataField
+        The data keys the model takes, with rank and dtype kind.
+    backends : mapping of str to str
+        Backend name to the module path of its twin (imported lazily). Each twin module defines
+        ``model(data, config, temperature=None)`` and ``make_guide(name, config, init)``.
+    guides : tuple of str
+        Guide names offered to SVI; the first is the default.
+    algorithms : tuple of str
+        Algorithms the model supports, e.g. ``("cavi", "svi")``.
+    prepare : callable
+        ``prepare(data: dict[str, np.ndarray], **options) -> Config``: validates the model options
+        against the data and returns the model configuration (priors as numpy arrays).
+    closed_form : str, optional
+        Module path of the backend-generic closed-form updates (CAVI or EM), if any.
+    make_data : callable, optional
+        ``make_data(rng: np.random.Generator, n: int) -> dict``: a synthetic data set for tests and
+        demos.
+    summarize : callable, optional
+        ``summarize(raw_params, config) -> dict``: user-facing parameters (numpy) from raw guide or
+        closed-form parameters.
+    config_type : type, optional
+        The class ``prepare`` returns; rebuilds a saved fit's config.
+    sample_posterior : callable, optional
+        ``sample_posterior(raw_params, config, family, rng, num_samples) -> dict``: draws of the
+        global latents from a fitted posterior (numpy).
+    log_likelihood : callable, optional
+        ``log_likelihood(draws, data) -> (S, N)``: per-datum log-likelihood for each draw.
+    tags : tuple of str
+        Free-form labels such as ``"discrete-latent"`` or ``"conjugate"``.
+    """
+
+    name: str
+    description: str
+    data: Mapping[str, DataField]
+    backends: Mapping[str, str]
+    guides: tuple[str, ...]
+    algorithms: tuple[str, ...]
+    prepare: Callable[..., Any]
+    closed_form: str | None = None
+    make_data: Callable[..., dict] | None = None
+    summarize: Callable[..., dict] | None = None
+    config_type: type | None = None
+    sample_posterior: Callable[..., dict] | None = None
+    log_likelihood: Callable[..., np.ndarray] | None = None
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    def twin(self, backend: str) -> ModuleType:
+        """Import and return the backend twin module (lazily: torch or jax load only when used)."""
+        if backend not in self.backends:
+            raise ValueError(
+                f"Model {self.name!r} has no backend {backend!r}; "
+                f"valid backends are {sorted(self.backends)}."
+            )
+        return importlib.import_module(self.backends[backend])
+
+    def closed_form_module(self) -> ModuleType:
+        if self.closed_form is None:
+            raise ValueError(f"Model {self.name!r} has no closed-form updates.")
+        return importlib.import_module(self.closed_form)
+
+    def validate_data(self, data: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Check data against the contract; return it as numpy arrays.
+
+        Raises a ``ValueError`` that says what was expected and what was got.
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(
+                f"data must be a dict mapping {sorted(self.data)} to arrays; "
+                f"got {type(data).__name__}."
+            )
+        missing = sorted(set(self.data) - set(data))
+        extra = sorted(set(data) - set(self.data))
+        if missing or extra:
+            raise ValueError(
+                f"Model {self.name!r} takes data keys {sorted(self.data)}; "
+                f"missing {missing}, unexpected {extra}."
+            )
+        out = {}
+        for key, contract in self.data.items():
+            value = np.asarray(data[key])
+            if value.ndim != contract.ndim:
+                raise ValueError(
+                    f"data[{key!r}] must have {contract.ndim} dimensions ({contract.doc}); "
+                    f"got shape {value.shape}."
+                )
+            if value.dtype.kind not in contract.kind:
+                raise ValueError(
+                    f"data[{key!r}] must have a dtype of kind {contract.kind!r} "
+                    f"(numpy dtype.kind); got {value.dtype}."
+                )
+            if value.dtype.kind == "f":
+                bad = ~np.isfinite(value)
+                if bad.any():
+                    rows = np.unique(np.nonzero(bad)[0])
+                    shown = ", ".join(str(r) for r in rows[:10])
+                    more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
+                    raise ValueError(
+                        f"data[{key!r}] contains NaN or inf in {len(rows)} row(s): "
+                        f"{shown}{more}. Drop or impute them before fitting."
+                    )
+            out[key] = value
+        return out

@@ -1,0 +1,88 @@
+"""Pyro (torch) twins of the distributions in :mod:`zoo.distributions`.
+
+Only :class:`StickBreakingCategorical` is here: on the torch side the Concrete distribution is
+:class:`torch.distributions.RelaxedOneHotCategorical` itself, which
+:class:`zoo.distributions.RelaxedOneHotCategorical` reproduces.
+"""
+
+from __future__ import annotations
+
+import torch
+from pyro.distributions import Categorical, constraints
+from torch.distributions.utils import lazy_property
+
+__all__ = ["StickBreakingCategorical", "stick_breaking_log_weights"]
+
+
+def stick_breaking_log_weights(sticks: torch.Tensor) -> torch.Tensor:
+    r"""Log stick-breaking weights :math:`\log \pi_k = \log v_k + \sum_{j<k} \log(1 - v_j)`.
+
+    Parameters
+    ----------
+    sticks : Tensor, shape (..., K)
+        Stick proportions :math:`v_k \in [0, 1]`.
+
+    Returns
+    -------
+    Tensor, shape (..., K)
+        :math:`\log \pi_k`, not normalised: :math:`\sum_k \pi_k = 1 - \prod_k (1 - v_k)`.
+    """
+    log_rest = torch.log1p(-sticks)
+    # Exclusive cumulative sum by padding rather than ``cumsum - log_rest``, which would give
+    # -inf - (-inf) = nan after a stick equal to one.
+    log_prefix = torch.nn.functional.pad(torch.cumsum(log_rest[..., :-1], dim=-1), (1, 0))
+    return torch.log(sticks) + log_prefix
+
+
+class StickBreakingCategorical(Categorical):
+    r"""Categorical over the first ``K`` components of a truncated stick-breaking prior.
+
+    The torch twin of :class:`zoo.distributions.StickBreakingCategorical`:
+    ``log_prob(k)`` is the unnormalised :math:`\log \pi_k = \log v_k + \sum_{j<k} \log(1-v_j)`
+    (the mass :math:`\prod_k (1 - v_k)` belongs to components beyond the truncation), and
+    :meth:`sample` draws from :math:`\pi / \sum_k \pi_k`, i.e. conditionally on the component
+    lying within the truncation.
+
+    Parameters
+    ----------
+    sticks : Tensor, shape (..., K)
+        Stick proportions in :math:`(0, 1)` (the end points are allowed and give components
+        of zero mass). All derived tensors live on ``sticks.device``.
+    validate_args : bool, optional
+        Check ``sticks`` (and values passed to ``log_prob``) against their constraints.
+
+    Attributes
+    ----------
+    logits : Tensor, shape (..., K)
+        Unnormalised :math:`\log \pi` (unlike torch's ``Categorical``, not normalised).
+    probs : Tensor, shape (..., K)
+        Unnormalised :math:`\pi`.
+    """
+
+    arg_constraints = {"sticks": constraints.independent(constraints.unit_interval, 1)}
+
+    def __init__(self, sticks: torch.Tensor, validate_args: bool | None = None):
+        if sticks.dim() < 1:
+            raise ValueError("`sticks` must be at least one-dimensional.")
+        self.sticks = sticks
+        log_pi = stick_breaking_log_weights(sticks)
+        super().__init__(logits=log_pi, validate_args=validate_args)
+        # Categorical normalises its logits; keep the defective weights instead. The inherited
+        # log_prob (both torch's gather and Pyro's enumeration fast path) reads self.logits, and
+        # torch.multinomial in sample() normalises self.probs itself.
+        self.logits = self._param = log_pi
+
+    @lazy_property
+    def probs(self) -> torch.Tensor:
+        """Unnormalised stick-breaking weights :math:`\\pi`, shape ``batch_shape + (K,)``."""
+        return self.logits.exp()
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(StickBreakingCategorical, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.sticks = self.sticks.expand(batch_shape + self.sticks.shape[-1:])
+        # Categorical.expand carries self.logits (already unnormalised) over to `new`.
+        return super().expand(batch_shape, _instance=new)
+
+    def entropy(self):
+        raise NotImplementedError("The entropy of a defective distribution is not defined.")
