@@ -311,3 +311,10 @@ def test_stick_breaking_bad_input():
         TorchStickBreaking(torch.tensor([0.5, -0.1]), validate_args=True)
     with pytest.raises(NotImplementedError):
         TorchStickBreaking(torch.tensor([0.5, 0.5])).entropy()
+
+
+def test_wishart_is_reparameterised_in_every_parameter():
+    """NumPyro's ELBOs use the pathwise gradient only for sites whose fn has_rsample."""
+    from zoo.distributions import Wishart
+
+    assert Wishart(3.0, scale_tril=jnp.eye(2)).has_rsample

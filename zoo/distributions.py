@@ -250,3 +250,10 @@ class Wishart(_NumPyroWishart):
     """
 
     reparametrized_params = ["concentration", "scale_matrix", "rate_matrix", "scale_tril"]
+
+    @property
+    def has_rsample(self) -> bool:
+        # ``Wishart`` is a ``TransformedDistribution`` whose ``has_rsample`` asks the base
+        # ``WishartCholesky``, whose list omits the concentration: answer from this class's list.
+        # Without this, TraceEnum_ELBO drops the pathwise gradient for a score-function term.
+        return set(self.reparametrized_params) == set(self.arg_constraints)

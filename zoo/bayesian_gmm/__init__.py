@@ -182,7 +182,7 @@ SPEC = ModelSpec(
         "pyro": "zoo.bayesian_gmm.pyro_model",
         "numpyro": "zoo.bayesian_gmm.numpyro_model",
     },
-    guides=("enum", "gumbel", "cavi"),
+    guides=("enum", "gumbel"),  # the "cavi" guide (make_guide) is the CAVI posterior, not for SVI
     algorithms=("cavi", "svi"),
     prepare=prepare,
     closed_form="zoo.bayesian_gmm.closed_form",

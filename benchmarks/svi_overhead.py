@@ -1,0 +1,96 @@
+"""Per-step time of ``inference``'s SVI loop against bare ``numpyro.infer.SVI.update`` (jitted)
+and bare Pyro ``SVI.step``, on the same model, guide and data, as ratios in one run.
+
+    python benchmarks/svi_overhead.py            # N=2000, K=8, 500 steps each, 3 repeats
+    python benchmarks/svi_overhead.py --quick    # a smoke run
+
+The bare loops do what a user's own loop does: call the update and read the loss as a float
+each step (the loop needs it for the NaN guard and the history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import zoo
+from inference.algorithm import Problem
+from inference.api import get_backend
+from inference.loop import run
+from inference.svi import ALGORITHM
+
+
+def make_state(backend, x, k, guide, seed=0):
+    spec = zoo.get_model("bayesian_gmm")
+    back = get_backend(backend)
+    cfg = spec.prepare({"x": x}, K=k)
+    problem = Problem(spec, {"x": x}, cfg, back, back.resolve_device("cpu"), "float64", seed)
+    return ALGORITHM.init(problem, guide=guide)
+
+
+def time_zoo_loop(state, steps, n):
+    t0 = time.perf_counter()
+    run(ALGORITHM, state, num_steps=steps, tol=None, num_data=n, progress=False)
+    return (time.perf_counter() - t0) / steps
+
+
+def time_bare(state, steps):
+    engine = state.engine
+    if state.problem.backend.NAME == "numpyro":
+        import jax
+
+        update = jax.jit(engine.svi.update)
+        svi_state = engine.state
+        svi_state, loss = update(svi_state, engine.data, engine.config)  # compile
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            svi_state, loss = update(svi_state, engine.data, engine.config)
+            float(loss)
+        return (time.perf_counter() - t0) / steps
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        engine.svi.step(engine.data, engine.config)
+    return (time.perf_counter() - t0) / steps
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--guide", default="enum")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.steps, args.repeats = 300, 20, 1
+    x = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), args.n)["x"]
+    out = {}
+    for backend in ("numpyro", "pyro"):
+        state = make_state(backend, x, args.k, args.guide)
+        time_zoo_loop(state, 3, args.n)  # warm up (compiles the jitted update)
+        zoo_t, bare_t = [], []
+        for _ in range(args.repeats):  # interleaved, so drift hits both alike
+            bare_t.append(time_bare(state, args.steps))
+            zoo_t.append(time_zoo_loop(state, args.steps, args.n))
+        out[backend] = {
+            "zoo_s_per_step": min(zoo_t),
+            "bare_s_per_step": min(bare_t),
+            "ratio": min(zoo_t) / min(bare_t),
+        }
+        print(
+            f"{backend:8s} zoo loop {min(zoo_t) * 1e3:8.3f} ms/step, bare {min(bare_t) * 1e3:8.3f} "
+            f"ms/step, ratio {min(zoo_t) / min(bare_t):.3f}"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""Every registered model meets the zoo's contract (zoo.testing), on every algorithm it supports."""
+
+import pytest
+
+import inference
+import zoo
+from zoo import testing
+
+MODELS = zoo.list_models()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_twins_trace_with_same_sites_and_log_joint(name):
+    testing.check_twins_and_log_joint(zoo.get_model(name), K=3)
+
+
+@pytest.mark.parametrize(
+    "name,algorithm,backend",
+    [
+        (m, a, b)
+        for m in MODELS
+        for a in inference.ALGORITHMS
+        for b in ("pyro", "numpyro")
+        if inference.ALGORITHMS[a].supports(zoo.get_model(m), b)
+    ],
+)
+def test_objective_improves_and_to_arviz(name, algorithm, backend):
+    testing.check_algorithm_improves(zoo.get_model(name), algorithm, backend, K=3)
