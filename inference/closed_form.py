@@ -1,8 +1,10 @@
 """Closed-form coordinate updates (CAVI, EM): one driver for every model that supplies them.
 
-A model's closed-form module provides ``init_state(x, resp, config, xp)``,
-``update(state, config, xp) -> (state, objective)`` and ``raw_params(state, xp)``, written against
-the array namespace ``xp`` of ``inference.backends.ops``. The JAX update is jit-compiled.
+A model's closed-form module provides ``init_cache(x, config, xp)`` (what every iteration reuses,
+computed once from the data), ``init_state(resp, cache, config, xp)``,
+``update(state, cache, config, xp) -> (state, objective)`` and ``raw_params(state, cache, xp)``,
+written against the array namespace ``xp`` of ``inference.backends.ops``. The JAX update is
+jit-compiled.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from inference.initialization import initial_responsibilities
 class ClosedFormState:
     problem: Problem
     inner: Any  # the model's state pytree (backend arrays)
+    cache: Any  # derived from the data once; not checkpointed
     update: Any  # the compiled update
     step: int = 0
 
@@ -45,23 +48,21 @@ class ClosedFormAlgorithm:
         x = problem.data["x"]
         resp = initial_responsibilities(x, problem.config.K, init, problem.seed)
         as_backend = problem.backend.asarray
+        cache = module.init_cache(as_backend(x, problem.device, problem.dtype), config, ops)
         inner = module.init_state(
-            as_backend(x, problem.device, problem.dtype),
-            as_backend(resp, problem.device, problem.dtype),
-            config,
-            ops,
+            as_backend(resp, problem.device, problem.dtype), cache, config, ops
         )
-        update = problem.backend.compile_step(lambda s: module.update(s, config, ops))
-        return ClosedFormState(problem=problem, inner=inner, update=update)
+        update = problem.backend.compile_step(lambda s, c: module.update(s, c, config, ops))
+        return ClosedFormState(problem=problem, inner=inner, cache=cache, update=update)
 
     def step(self, state: ClosedFormState):
-        inner, objective = state.update(state.inner)
-        state = ClosedFormState(state.problem, inner, state.update, state.step + 1)
+        inner, objective = state.update(state.inner, state.cache)
+        state = ClosedFormState(state.problem, inner, state.cache, state.update, state.step + 1)
         return state, Info(objective=float(objective))
 
     def get_params(self, state: ClosedFormState) -> dict[str, np.ndarray]:
         module = state.problem.spec.closed_form_module()
-        raw = module.raw_params(state.inner, state.problem.backend.ops)
+        raw = module.raw_params(state.inner, state.cache, state.problem.backend.ops)
         return {k: state.problem.backend.to_numpy(v) for k, v in raw.items()}
 
     def state_dict(self, state: ClosedFormState):
@@ -76,4 +77,4 @@ class ClosedFormAlgorithm:
             arrays,
             lambda a: p.backend.asarray(a, p.device, str(a.dtype)) if a.dtype.kind == "f" else a,
         )
-        return ClosedFormState(p, inner, state.update, state.step)
+        return ClosedFormState(p, inner, state.cache, state.update, state.step)

@@ -99,13 +99,10 @@ class SVIAlgorithm:
         module = spec.closed_form_module()
         # The start is computed once in float64 on the backend, then cast with the data.
         ops, b = problem.backend.ops, problem.backend
-        state = module.init_state(
-            b.asarray(x, problem.device, "float64"),
-            b.asarray(resp, problem.device, "float64"),
-            b.backend_config(problem.config, problem.device, "float64"),
-            ops,
-        )
-        raw = {k: b.to_numpy(v) for k, v in module.raw_params(state, ops).items()}
+        config = b.backend_config(problem.config, problem.device, "float64")
+        cache = module.init_cache(b.asarray(x, problem.device, "float64"), config, ops)
+        state = module.init_state(b.asarray(resp, problem.device, "float64"), cache, config, ops)
+        raw = {k: b.to_numpy(v) for k, v in module.raw_params(state, cache, ops).items()}
         return module.guide_init(raw, resp)
 
     def step(self, state: SVIState):

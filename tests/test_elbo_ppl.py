@@ -7,6 +7,7 @@ import pytest
 import inference
 import zoo
 from zoo.bayesian_gmm import closed_form
+from zoo.quadratic_features import log_responsibilities
 
 PARTICLES = 300
 
@@ -48,8 +49,8 @@ def _log_rho(res, x):
     q["scale"] = jnp.asarray(scale)
     q["logdet_scale"] = jnp.asarray(np.linalg.slogdet(scale)[1])
     theta = closed_form.log_rho_coefficients(q, cache, res.config, back.ops)
-    logits = np.asarray(cache["features"] @ theta)
-    return logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    log_resp, _ = log_responsibilities(theta, cache, back.ops)
+    return np.asarray(back.ops.rows(log_resp))
 
 
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])

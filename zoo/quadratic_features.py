@@ -26,7 +26,7 @@ def quadratic_cache(x, xp) -> dict:
     # Off-diagonal entries appear once in the features but twice in x^T A x.
     multiplicity = np.where(rows == cols, 1.0, 2.0)
     return {
-        "features": features,
+        "features": xp.layout_features(features),
         "shift": shift,
         "untriu": xp.asarray(untriu, like=x),
         "tri_rows": rows,
@@ -36,8 +36,11 @@ def quadratic_cache(x, xp) -> dict:
 
 
 def sufficient_statistics(resp, cache, xp) -> dict:
-    """N_k, sum_n r_nk x_n and sum_n r_nk x_n x_n^T from one product ``resp.T @ phi``."""
-    stats = resp.T @ cache["features"]
+    """N_k, sum_n r_nk x_n and sum_n r_nk x_n x_n^T from one product ``resp.T @ phi``.
+
+    ``resp`` is in the backend's layout (``xp.layout_resp``), as ``log_responsibilities`` gives it.
+    """
+    stats = xp.weighted_feature_sums(resp, cache["features"])
     d = cache["shift"].shape[0]
     k = stats.shape[0]
     sum_xx = (stats[:, 1 + d :] @ cache["untriu"]).reshape(k, d, d)
@@ -58,7 +61,5 @@ def coefficients(const, linear, quadratic, cache, xp):
 
 
 def log_responsibilities(theta, cache, xp):
-    """Normalised log responsibilities and per-point log normaliser from ``phi @ theta``."""
-    logits = cache["features"] @ theta
-    log_norm = xp.logsumexp(logits, axis=1)
-    return logits - log_norm[:, None], log_norm
+    """Normalised log responsibilities (backend layout) and per-point log normaliser (N,)."""
+    return xp.log_softmax_logits(cache["features"], theta)

@@ -28,13 +28,10 @@ def example_problem(spec: ModelSpec, n: int = 60, seed: int = 0, **options):
         module = spec.closed_form_module()
         dev = back.resolve_device("cpu")
         resp = initial_responsibilities(data["x"], config.K, "kmeans", seed)
-        state = module.init_state(
-            back.asarray(data["x"], dev, "float64"),
-            back.asarray(resp, dev, "float64"),
-            back.backend_config(config, dev, "float64"),
-            back.ops,
-        )
-        raw = {k: np.asarray(v) for k, v in module.raw_params(state, back.ops).items()}
+        bconfig = back.backend_config(config, dev, "float64")
+        cache = module.init_cache(back.asarray(data["x"], dev, "float64"), bconfig, back.ops)
+        state = module.init_state(back.asarray(resp, dev, "float64"), cache, bconfig, back.ops)
+        raw = {k: np.asarray(v) for k, v in module.raw_params(state, cache, back.ops).items()}
         start = module.guide_init(raw, resp)
     return data, config, start
 

@@ -91,6 +91,28 @@ class TorchOps:
     def all_finite(self, x) -> bool:
         return bool(self.torch.isfinite(x).all())
 
+    # Layout of the (N, F) features and (N, K) responsibilities. Stored transposed, both products
+    # of an iteration run about twice as fast in torch's BLAS (measured: benchmarks/cavi_speed.py).
+    def layout_features(self, features):
+        return features.T.contiguous()
+
+    def layout_resp(self, resp):
+        return resp.T.contiguous()
+
+    def rows(self, resp):
+        """Responsibilities back in (N, K) orientation."""
+        return resp.T
+
+    def log_softmax_logits(self, features, theta):
+        """(log responsibilities, log normaliser (N,)) of ``phi @ theta``, in this layout."""
+        logits = theta.T @ features  # (K, N)
+        log_resp = self.torch.log_softmax(logits, dim=0)
+        return log_resp, logits[0] - log_resp[0]
+
+    def weighted_feature_sums(self, resp, features):
+        """``resp.T @ phi`` in (N, K) terms: (K, F)."""
+        return resp @ features.T
+
 
 class JaxOps:
     name = "numpyro"
@@ -174,6 +196,24 @@ class JaxOps:
 
     def all_finite(self, x) -> bool:
         return bool(self.jnp.isfinite(x).all())
+
+    # XLA is fastest with (N, F) features and (N, K) responsibilities as they come.
+    def layout_features(self, features):
+        return features
+
+    def layout_resp(self, resp):
+        return resp
+
+    def rows(self, resp):
+        return resp
+
+    def log_softmax_logits(self, features, theta):
+        logits = features @ theta
+        log_resp = self.jax.nn.log_softmax(logits, axis=1)
+        return log_resp, logits[:, 0] - log_resp[:, 0]
+
+    def weighted_feature_sums(self, resp, features):
+        return resp.T @ features
 
 
 LOG_2PI = math.log(2 * math.pi)

@@ -170,20 +170,24 @@ def kl_normal_wishart(q, cache, config, xp):
     return xp.sum(kl_mean + kl_wishart)
 
 
-def init_state(x, resp, config, xp) -> dict:
+def init_state(resp, cache, config, xp) -> dict:
     """State after the first M-step from initial responsibilities ``resp`` (N, K)."""
-    cache = init_cache(x, config, xp)
-    q = m_step(sufficient_statistics(resp, cache, xp), cache, config, xp)
-    return {"q": q, "theta": log_rho_coefficients(q, cache, config, xp), "cache": cache}
+    stats = sufficient_statistics(xp.layout_resp(resp), cache, xp)
+    q = m_step(stats, cache, config, xp)
+    return {"q": q, "theta": log_rho_coefficients(q, cache, config, xp)}
 
 
-def update(state, config, xp):
-    """One CAVI sweep: q(z), then q(pi) and q(mu, Lambda); returns (state, elbo in nats)."""
-    cache = state["cache"]
-    log_resp, _ = log_responsibilities(state["theta"], cache, xp)
-    resp = xp.exp(log_resp)
-    neg_entropy = xp.sum(resp * log_resp)
-    stats = sufficient_statistics(resp, cache, xp)
+def update(state, cache, config, xp):
+    """One CAVI sweep: q(z), then q(pi) and q(mu, Lambda); returns (state, elbo in nats).
+
+    ``cache`` (the features) is an argument, not part of the state, so a compiled update does not
+    copy it out every iteration.
+    """
+    log_resp, log_norm = log_responsibilities(state["theta"], cache, xp)
+    stats = sufficient_statistics(xp.exp(log_resp), cache, xp)
+    # sum_nk r log r = sum_nk r (phi_n . theta_k - log_norm_n) = sum_k stats_k . theta_k - sum_n
+    # log_norm_n: the entropy of q(z) from the statistics, without another pass over (N, K).
+    neg_entropy = xp.sum(stats["raw"] * state["theta"].T) - xp.sum(log_norm)
     q = m_step(stats, cache, config, xp)
     theta = log_rho_coefficients(q, cache, config, xp)
     # E_q[log p(x, z | pi, mu, Lambda)] is linear in the statistics: sum_k stats_k . theta_k.
@@ -194,19 +198,20 @@ def update(state, config, xp):
         - kl_weights(q, config, xp)
         - kl_normal_wishart(q, cache, config, xp)
     )
-    return {"q": q, "theta": theta, "cache": cache}, elbo
+    return {"q": q, "theta": theta}, elbo
 
 
-def responsibilities(state, xp):
-    return xp.exp(log_responsibilities(state["theta"], state["cache"], xp)[0])
+def responsibilities(state, cache, xp):
+    """q(z): (N, K)."""
+    return xp.rows(xp.exp(log_responsibilities(state["theta"], cache, xp)[0]))
 
 
-def raw_params(state, xp) -> dict:
+def raw_params(state, cache, xp) -> dict:
     """Variational parameters in the data's coordinates, named as the CAVI guide's params."""
     q = state["q"]
     out = {
         "mean_precision": q["mean_precision"],
-        "mean_loc": q["means"] + state["cache"]["shift"],
+        "mean_loc": q["means"] + cache["shift"],
         "dof": q["dof"],
         "scale_tril": xp.cholesky(q["scale"]),
     }

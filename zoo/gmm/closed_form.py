@@ -42,31 +42,33 @@ def m_step(stats, cache, config, xp) -> dict:
     }
 
 
-def init_state(x, resp, config, xp) -> dict:
-    cache = quadratic_cache(x, xp)
-    return {
-        "params": m_step(sufficient_statistics(resp, cache, xp), cache, config, xp),
-        "cache": cache,
-    }
+def init_cache(x, config, xp) -> dict:
+    return quadratic_cache(x, xp)
 
 
-def update(state, config, xp):
+def init_state(resp, cache, config, xp) -> dict:
+    """Parameters after the first M-step from initial responsibilities ``resp`` (N, K)."""
+    stats = sufficient_statistics(xp.layout_resp(resp), cache, xp)
+    return {"params": m_step(stats, cache, config, xp)}
+
+
+def update(state, cache, config, xp):
     """One EM iteration; returns (state, log-likelihood in nats of the parameters it started from)."""
-    cache = state["cache"]
     log_resp, log_norm = log_responsibilities(state["params"]["theta"], cache, xp)
     stats = sufficient_statistics(xp.exp(log_resp), cache, xp)
-    return {"params": m_step(stats, cache, config, xp), "cache": cache}, xp.sum(log_norm)
+    return {"params": m_step(stats, cache, config, xp)}, xp.sum(log_norm)
 
 
-def responsibilities(state, xp):
-    return xp.exp(log_responsibilities(state["params"]["theta"], state["cache"], xp)[0])
+def responsibilities(state, cache, xp):
+    """(N, K) posterior probabilities of the components."""
+    return xp.rows(xp.exp(log_responsibilities(state["params"]["theta"], cache, xp)[0]))
 
 
-def raw_params(state, xp) -> dict:
+def raw_params(state, cache, xp) -> dict:
     p = state["params"]
     return {
         "weights": p["weights"],
-        "means": p["means"] + state["cache"]["shift"],
+        "means": p["means"] + cache["shift"],
         "scale_tril": p["scale_tril"],
     }
 
