@@ -195,7 +195,11 @@ def fit(
 def _timing(history) -> dict:
     times = np.asarray(history["time"], dtype=float)
     if len(times) == 0:
-        return {"total": 0.0, "per_step": float("nan")}
+        return {"total": 0.0, "per_step": float("nan"), "first_step": float("nan")}
     steps = np.diff(np.concatenate([[0.0], times]))
-    # The median ignores the first step's compilation (JAX) and warm-up.
-    return {"total": float(times[-1]), "per_step": float(np.median(steps))}
+    # The first step carries JAX's compilation; the median step ignores it.
+    return {
+        "total": float(times[-1]),
+        "per_step": float(np.median(steps)),
+        "first_step": float(steps[0]),
+    }

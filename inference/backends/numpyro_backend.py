@@ -91,11 +91,14 @@ class SVIEngine:
             num_particles=num_particles, **({"max_plate_nesting": 1} if enumerate else {})
         )
         self.model, self.guide, self.data, self.config = model, guide, data, config
-        self.elbo_class, self.enumerate = elbo_class, enumerate
+        self.elbo_class, self.enumerate, self.device = elbo_class, enumerate, device
         self.svi = SVI(model, guide, numpyro.optim.Adam(lr), self.loss)
         self.state = self.svi.init(
             jax.random.PRNGKey(seed), data, config, temperature=init_temperature
         )
+        # Commit the initial state to the device: the update's outputs are committed, and an
+        # uncommitted input would make the second call compile the update again.
+        self.state = jax.device_put(self.state, device)
         self._update = jax.jit(lambda st, d, t: self.svi.update(st, d, config, temperature=t))
 
     def step(self, temperature=None) -> float:
@@ -137,4 +140,4 @@ class SVIEngine:
             a.shape != b.shape for a, b in zip(saved, leaves, strict=True)
         ):
             raise ValueError("Checkpoint SVI state does not match this model and guide.")
-        self.state = jax.tree_util.tree_unflatten(treedef, saved)
+        self.state = jax.device_put(jax.tree_util.tree_unflatten(treedef, saved), self.device)
