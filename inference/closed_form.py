@@ -68,7 +68,8 @@ class ClosedFormAlgorithm:
     def state_dict(self, state: ClosedFormState):
         arrays: dict = {}
         to_numpy = state.problem.backend.to_numpy
-        return {"inner": tree_codec.encode(state.inner, to_numpy, arrays, "inner")}, arrays
+        skeleton = {"inner": tree_codec.encode(state.inner, to_numpy, arrays, "inner")}
+        return {**skeleton, "step": state.step}, arrays
 
     def load_state_dict(self, state: ClosedFormState, skeleton, arrays) -> ClosedFormState:
         p = state.problem
@@ -77,4 +78,4 @@ class ClosedFormAlgorithm:
             arrays,
             lambda a: p.backend.asarray(a, p.device, str(a.dtype)) if a.dtype.kind == "f" else a,
         )
-        return ClosedFormState(p, inner, state.cache, state.update, state.step)
+        return ClosedFormState(p, inner, state.cache, state.update, int(skeleton["step"]))
