@@ -225,3 +225,31 @@ def test_cli_list_fit_and_compare(tmp_path, gmm_data):
         text=True,
     )
     assert bad.returncode == 2 and "valid algorithms" in bad.stderr
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zoo",
+            "compare",
+            "bayesian_gmm",
+            "--data",
+            str(path),
+            "--K",
+            "3",
+            "--algorithms",
+            "cavi,em",
+            "--backends",
+            "pyro",
+            "--num-steps",
+            "5",
+            "--json",
+            "--plot",
+            str(tmp_path / "curves.png"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = json.loads(out.stdout)
+    assert [(r["model"], r["algorithm"]) for r in rows] == [("bayesian_gmm", "cavi"), ("gmm", "em")]
+    assert (tmp_path / "curves.png").stat().st_size > 0
