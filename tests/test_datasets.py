@@ -1,0 +1,296 @@
+"""Tests for zoo.datasets; they read the shared data folder and never touch the network."""
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zoo import datasets
+from zoo.datasets import (
+    DatasetError,
+    dynamic_binarize,
+    load_binarized_mnist,
+    load_digits_binarized,
+    load_mnist,
+)
+
+DATA_DIR = Path(
+    os.environ.get("ZOO_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
+needs_data = pytest.mark.skipif(
+    not (DATA_DIR / "mnist").is_dir(), reason=f"shared data not found at {DATA_DIR}"
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch):
+    """Any real download attempt fails the test."""
+
+    def refuse(url, *args, **kwargs):
+        raise AssertionError(f"test tried to open {url}")
+
+    monkeypatch.setattr(datasets, "_urlopen", refuse)
+
+
+@pytest.fixture(scope="module")
+def mnist_test(tmp_path_factory):
+    return load_mnist("test", data_dir=DATA_DIR, cache_dir=tmp_path_factory.mktemp("c"))
+
+
+@needs_data
+def test_mnist_test_split(mnist_test):
+    images, labels = mnist_test
+    assert images.shape == (10_000, 28, 28) and images.dtype == np.uint8
+    assert labels.shape == (10_000,) and labels.dtype == np.uint8
+    assert images.max() == 255 and images.min() == 0
+    assert set(np.unique(labels)) == set(range(10))
+    assert labels[0] == 7
+
+
+@needs_data
+def test_mnist_train_split(tmp_path):
+    images, labels = load_mnist("train", data_dir=DATA_DIR, cache_dir=tmp_path)
+    assert images.shape == (60_000, 28, 28) and images.dtype == np.uint8
+    assert labels.shape == (60_000,) and labels.dtype == np.uint8
+    assert labels[0] == 5
+    assert np.bincount(labels, minlength=10).min() > 5000
+    assert 30 < images.mean() < 36  # MNIST mean grey level is about 33.3
+
+
+@needs_data
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_binarized_mnist(split, tmp_path):
+    x = load_binarized_mnist(split, data_dir=DATA_DIR, cache_dir=tmp_path)
+    assert x.shape == (10_000, 784) and x.dtype == np.uint8
+    assert set(np.unique(x)) == {0, 1}
+    assert 0.1 < x.mean() < 0.2
+
+
+@needs_data
+def test_binarized_mnist_train_once(tmp_path):
+    x = load_binarized_mnist("train", data_dir=DATA_DIR, cache_dir=tmp_path)
+    assert x.shape == (50_000, 784) and x.dtype == np.uint8
+    assert 0.1 < x.mean() < 0.2 and x.max() == 1
+
+
+@needs_data
+def test_cache_created_and_reused(tmp_path, monkeypatch):
+    t0 = time.perf_counter()
+    first = load_binarized_mnist("test", data_dir=DATA_DIR, cache_dir=tmp_path)
+    t_first = time.perf_counter() - t0
+    assert (tmp_path / "binarized_mnist_test.npy").is_file()
+    assert (tmp_path / "binarized_mnist_test.json").is_file()
+
+    # The second load must come from the cache: parsing and hashing would fail now.
+    def fail(*args, **kwargs):
+        raise AssertionError("source parsed again")
+
+    monkeypatch.setattr(datasets, "_parse_amat", fail)
+    monkeypatch.setattr(datasets, "_read_verified", fail)
+    t0 = time.perf_counter()
+    second = load_binarized_mnist("test", data_dir=DATA_DIR, cache_dir=tmp_path)
+    t_second = time.perf_counter() - t0
+    np.testing.assert_array_equal(first, second)
+    assert t_second < t_first
+
+
+@needs_data
+def test_cache_invalidated_by_changed_source(tmp_path):
+    data = tmp_path / "data"
+    (data / "mnist").mkdir(parents=True)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        shutil.copy(DATA_DIR / "mnist" / name, data / "mnist" / name)
+    cache = tmp_path / "cache"
+    load_mnist("test", data_dir=data, cache_dir=cache)
+    assert (cache / "mnist_test_labels.npy").is_file()
+    # Replace the labels with a corrupt copy: the cache must not hide it.
+    lab = data / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    blob = bytearray(lab.read_bytes())
+    blob[-1] ^= 0xFF
+    lab.write_bytes(bytes(blob))
+    os.utime(lab, ns=(1, 1))
+    with pytest.raises(DatasetError, match="Checksum"):
+        load_mnist("test", data_dir=data, cache_dir=cache)
+
+
+@needs_data
+@pytest.mark.parametrize("how", ["flip", "truncate"])
+def test_corrupt_file_raises_and_is_not_cached(tmp_path, how):
+    data = tmp_path / "data"
+    (data / "mnist").mkdir(parents=True)
+    shutil.copy(DATA_DIR / "mnist" / "t10k-images-idx3-ubyte.gz", data / "mnist")
+    src = DATA_DIR / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    blob = bytearray(src.read_bytes())
+    if how == "flip":
+        blob[100] ^= 0x01
+    else:
+        blob = blob[: len(blob) // 2]
+    (data / "mnist" / src.name).write_bytes(bytes(blob))
+    cache = tmp_path / "cache"
+    with pytest.raises(DatasetError) as info:
+        load_mnist("test", data_dir=data, cache_dir=cache)
+    msg = str(info.value)
+    assert "Checksum" in msg and src.name in msg
+    assert datasets.SHA256["mnist/t10k-labels-idx1-ubyte.gz"] in msg
+    assert "delete" in msg
+    assert not (cache / "mnist_test_labels.npy").exists()
+
+
+def test_offline_missing_file_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    with pytest.raises(DatasetError) as info:
+        load_mnist("test", data_dir=tmp_path, cache_dir=tmp_path / "cache")
+    msg = str(info.value)
+    expected = tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz"
+    assert str(expected) in msg
+    assert datasets.MNIST_MIRRORS[0] + "t10k-images-idx3-ubyte.gz" in msg
+    assert "ZOO_DATA_DIR" in msg
+
+    with pytest.raises(DatasetError) as info:
+        load_binarized_mnist("valid", data_dir=tmp_path, cache_dir=tmp_path / "cache")
+    msg = str(info.value)
+    assert datasets.BINARIZED_MNIST_URL.format(split="valid") in msg
+    assert str(tmp_path / "binarized_mnist" / "binarized_mnist_valid.amat") in msg
+
+
+def test_data_dir_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    assert datasets.resolve_data_dir() == tmp_path
+    assert datasets.resolve_data_dir(tmp_path / "x") == tmp_path / "x"
+    with pytest.raises(DatasetError, match=str(tmp_path / "mnist")):
+        load_mnist("test")
+
+
+def test_unpinned_uncompressed_file_requires_gz(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    (tmp_path / "mnist").mkdir()
+    (tmp_path / "mnist" / "t10k-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03")
+    with pytest.raises(DatasetError, match="no pinned checksum"):
+        load_mnist("test", data_dir=tmp_path, cache_dir=tmp_path / "cache")
+
+
+@needs_data
+def test_download_via_patched_opener(tmp_path, monkeypatch, mnist_test):
+    served = {}
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        served[name] = (DATA_DIR / "mnist" / name).read_bytes()
+    opened = []
+
+    def opener(url, *args, **kwargs):
+        opened.append(url)
+        if url.startswith(datasets.MNIST_MIRRORS[0]):
+            raise OSError("first mirror down")
+        return io.BytesIO(served[url.rsplit("/", 1)[1]])
+
+    monkeypatch.setattr(datasets, "_urlopen", opener)
+    monkeypatch.delenv("ZOO_OFFLINE", raising=False)
+    images, labels = load_mnist("test", data_dir=tmp_path, cache_dir=tmp_path / "cache")
+    assert any(u.startswith(datasets.MNIST_MIRRORS[1]) for u in opened)
+    for name, blob in served.items():
+        assert (tmp_path / "mnist" / name).read_bytes() == blob
+    np.testing.assert_array_equal(images, mnist_test[0])
+    np.testing.assert_array_equal(labels, mnist_test[1])
+    assert not list((tmp_path / "mnist").glob("*.part"))
+
+
+@needs_data
+def test_download_with_bad_bytes_fails(tmp_path, monkeypatch):
+    blob = (DATA_DIR / "mnist" / "t10k-labels-idx1-ubyte.gz").read_bytes()
+    monkeypatch.setattr(datasets, "_urlopen", lambda url, *a, **k: io.BytesIO(blob[:-10]))
+    monkeypatch.delenv("ZOO_OFFLINE", raising=False)
+    with pytest.raises(DatasetError) as info:
+        datasets._fetch(
+            "mnist/t10k-labels-idx1-ubyte.gz", tmp_path, ["http://example.invalid/a.gz"]
+        )
+    assert "Checksum" in str(info.value) and "http://example.invalid/a.gz" in str(info.value)
+    assert not list((tmp_path / "mnist").iterdir())
+
+
+def test_unknown_split():
+    with pytest.raises(ValueError, match="train, test"):
+        load_mnist("valid")
+    with pytest.raises(ValueError, match="train, valid, test"):
+        load_binarized_mnist("dev")
+
+
+def test_idx_parser_checks_magic_and_dims():
+    header = np.array([0x0803, 2, 28, 28], dtype=">u4").tobytes()
+    payload = bytes(2 * 28 * 28)
+    out = datasets._parse_idx(header + payload, 0x0803, (28, 28), "x")
+    assert out.shape == (2, 28, 28) and out.dtype == np.uint8
+    with pytest.raises(DatasetError, match="magic"):
+        datasets._parse_idx(header + payload, 0x0801, (28, 28), "x")
+    with pytest.raises(DatasetError, match="dimensions"):
+        datasets._parse_idx(header + payload, 0x0803, (27, 28), "x")
+    with pytest.raises(DatasetError, match="payload"):
+        datasets._parse_idx(header + payload[:-1], 0x0803, (28, 28), "x")
+
+
+def test_amat_parser_fast_and_slow_paths():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2, size=(3, 784)).astype(np.uint8)
+    text = "".join(" ".join(map(str, row)) + "\n" for row in x).encode()
+    np.testing.assert_array_equal(datasets._parse_amat(text, "t"), x)
+    np.testing.assert_array_equal(datasets._parse_amat(text.replace(b"\n", b"\r\n"), "t"), x)
+    with pytest.raises(DatasetError):
+        datasets._parse_amat(text.replace(b"1", b"2"), "t")
+
+
+@needs_data
+def test_dynamic_binarize(mnist_test):
+    images = mnist_test[0][:2000]
+    a = dynamic_binarize(images, np.random.default_rng(42))
+    b = dynamic_binarize(images, np.random.default_rng(42))
+    c = dynamic_binarize(images, np.random.default_rng(43))
+    assert a.shape == images.shape and a.dtype == np.uint8
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert set(np.unique(a)) <= {0, 1}
+    assert abs(a.mean() - images.mean() / 255) < 0.005
+    with pytest.raises(TypeError):
+        dynamic_binarize(images, 0)
+
+
+def test_digits_binarized():
+    pytest.importorskip("sklearn")
+    x, labels = load_digits_binarized()
+    assert x.shape == (1797, 64) and x.dtype == np.uint8
+    assert labels.shape == (1797,) and set(np.unique(labels)) == set(range(10))
+    assert set(np.unique(x)) == {0, 1}
+    x16, _ = load_digits_binarized(threshold=16)
+    assert x16.sum() < x.sum()
+
+
+def test_digits_binarized_without_sklearn(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(ImportError, match="pip install scikit-learn"):
+        load_digits_binarized()
+
+
+def test_module_imports_only_numpy():
+    """Loaded on its own (zoo/__init__ may import more), the module pulls in no heavy deps."""
+    code = (
+        "import importlib.util, sys; "
+        f"spec = importlib.util.spec_from_file_location('ds', {datasets.__file__!r}); "
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec)); "
+        "bad = [m for m in ('torch', 'jax', 'sklearn', 'tqdm') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cache_dir_falls_back_to_user_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "_USER_CACHE", tmp_path / "user")
+    assert datasets._resolve_cache_dir(tmp_path / "d", None) == tmp_path / "d" / "cache"
+    assert datasets._resolve_cache_dir(tmp_path / "d", tmp_path / "c") == tmp_path / "c"
+    # A read-only data directory (as the shared folder is) sends the cache to the user dir.
+    monkeypatch.setattr(datasets, "_writable_dir", lambda path: False)
+    assert datasets._resolve_cache_dir(tmp_path / "ro", None) == tmp_path / "user" / "cache"

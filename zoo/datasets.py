@@ -1,0 +1,538 @@
+"""Dataset loaders: MNIST, the fixed binarized MNIST, and scikit-learn's 8x8 digits.
+
+Only numpy is imported at module import time. Files are looked up under a data directory,
+resolved in this order:
+
+1. the ``data_dir`` argument,
+2. the environment variable ``ZOO_DATA_DIR``,
+3. the per-user cache ``~/.cache/ppl-zoo``.
+
+The layout below the data directory is::
+
+    <data_dir>/mnist/train-images-idx3-ubyte[.gz]
+    <data_dir>/mnist/train-labels-idx1-ubyte[.gz]
+    <data_dir>/mnist/t10k-images-idx3-ubyte[.gz]
+    <data_dir>/mnist/t10k-labels-idx1-ubyte[.gz]
+    <data_dir>/binarized_mnist/binarized_mnist_{train,valid,test}.amat
+
+Every file is checked against a pinned SHA-256 before it is parsed. An uncompressed MNIST file
+is accepted only where its own sum is pinned (``train-images-idx3-ubyte``); otherwise the
+``.gz`` file is required. Missing files are downloaded from the canonical URLs unless
+``ZOO_OFFLINE=1``. Parsed arrays are cached as ``.npy`` files (never pickled) next to a small
+JSON file recording the source files, so a changed source invalidates the cache.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "BINARIZED_MNIST_URL",
+    "DatasetError",
+    "MNIST_MIRRORS",
+    "SHA256",
+    "dynamic_binarize",
+    "load_binarized_mnist",
+    "load_digits_binarized",
+    "load_mnist",
+    "resolve_data_dir",
+]
+
+#: Mirrors for the four MNIST ``.gz`` files, tried in order.
+MNIST_MIRRORS = (
+    "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "http://yann.lecun.com/exdb/mnist/",
+)
+
+#: URL template for the binarized MNIST splits (``split`` in train, valid, test).
+BINARIZED_MNIST_URL = (
+    "http://www.cs.toronto.edu/~larocheh/public/datasets/binarized_mnist/"
+    "binarized_mnist_{split}.amat"
+)
+
+#: Pinned SHA-256 sums, keyed by the path relative to the data directory.
+SHA256 = {
+    "mnist/train-images-idx3-ubyte.gz": (
+        "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609"
+    ),
+    "mnist/train-images-idx3-ubyte": (
+        "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db"
+    ),
+    "mnist/train-labels-idx1-ubyte.gz": (
+        "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c"
+    ),
+    "mnist/t10k-images-idx3-ubyte.gz": (
+        "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6"
+    ),
+    "mnist/t10k-labels-idx1-ubyte.gz": (
+        "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"
+    ),
+    "binarized_mnist/binarized_mnist_train.amat": (
+        "ad693b29f94c14277b095f5238ddefbbdaaae0939789dd2f4f0205278cee3e4d"
+    ),
+    "binarized_mnist/binarized_mnist_valid.amat": (
+        "1de3d397c40fe8eeb33dafd4099a1f665ec01e96d9be234aaeeac8a34930e2e2"
+    ),
+    "binarized_mnist/binarized_mnist_test.amat": (
+        "e6687bfea3f820c174f33b7865140b2a2dd2930ef786f35d45795fc193b5ab2c"
+    ),
+}
+
+_MNIST_SPLITS = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", 60_000),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 10_000),
+}
+_BINARIZED_SPLITS = {"train": 50_000, "valid": 10_000, "test": 10_000}
+_IDX_IMAGES_MAGIC = 0x0803
+_IDX_LABELS_MAGIC = 0x0801
+_AMAT_ROW_BYTES = 784 * 2  # '0'/'1' then ' ' (or '\n' after the last value)
+_CHUNK = 1 << 20
+_USER_CACHE = Path("~/.cache/ppl-zoo")
+
+
+class DatasetError(ValueError):
+    """A data file is missing, corrupt, or has an unexpected format."""
+
+
+# --------------------------------------------------------------------------------------------
+# directories
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """Return the data directory: ``data_dir``, else ``$ZOO_DATA_DIR``, else ``~/.cache/ppl-zoo``.
+
+    Parameters
+    ----------
+    data_dir : str or os.PathLike, optional
+        An explicit directory; wins over the environment.
+
+    Returns
+    -------
+    pathlib.Path
+        The (user-expanded) directory; it need not exist.
+    """
+    if data_dir is None:
+        data_dir = os.environ.get("ZOO_DATA_DIR") or _USER_CACHE
+    return Path(data_dir).expanduser()
+
+
+def _writable_dir(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def _resolve_cache_dir(data_dir: Path, cache_dir: str | os.PathLike | None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    candidate = data_dir / "cache"
+    if _writable_dir(candidate):
+        return candidate
+    return _USER_CACHE.expanduser() / "cache"
+
+
+# --------------------------------------------------------------------------------------------
+# checksums and download
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_verified(path: Path, rel: str) -> bytes:
+    """Read ``path`` and check it against the pinned sum of ``rel``; raise DatasetError."""
+    data = path.read_bytes()
+    expected = SHA256[rel]
+    got = _sha256_bytes(data)
+    if got != expected:
+        raise DatasetError(
+            f"Checksum mismatch for {path}: expected SHA-256 {expected}, got {got} "
+            f"({len(data)} bytes). The file is corrupt or truncated: delete it and download it "
+            f"again (it is re-downloaded automatically when missing, unless ZOO_OFFLINE=1)."
+        )
+    return data
+
+
+def _urlopen(url: str, timeout: float = 60.0):
+    """Open ``url``; a module attribute so tests can replace it."""
+    import urllib.request
+
+    return urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 (fixed https/http URLs)
+
+
+def _download(url: str, dest: Path, expected_sha256: str) -> None:
+    """Download ``url`` to ``dest`` through a temp file, verifying the SHA-256 before renaming.
+
+    Raises
+    ------
+    OSError, DatasetError
+        On network/file errors or a checksum mismatch; ``dest`` is left untouched.
+    """
+    from tqdm.auto import tqdm
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, _urlopen(url) as resp:
+            total = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
+            total = int(total) if total else None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
+                while chunk := resp.read(_CHUNK):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
+        got = digest.hexdigest()
+        if got != expected_sha256:
+            raise DatasetError(
+                f"Checksum mismatch for download of {url}: expected SHA-256 {expected_sha256}, "
+                f"got {got}."
+            )
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _fetch(rel: str, data_dir: Path, urls: list[str], note: str = "") -> Path:
+    """Download the file ``rel`` into ``data_dir`` from the first working URL, or raise."""
+    dest = data_dir / rel
+    where = (
+        f"Download it from {urls[0]}"
+        + (f" (mirrors: {', '.join(urls[1:])})" if len(urls) > 1 else "")
+        + f" and put it at {dest}, or set ZOO_DATA_DIR (or pass data_dir=) to a directory "
+        f"that already holds {rel}."
+    )
+    if os.environ.get("ZOO_OFFLINE") == "1":
+        raise DatasetError(f"Missing data file {dest} and ZOO_OFFLINE=1. {note}{where}")
+    errors = []
+    for url in urls:
+        try:
+            _download(url, dest, SHA256[rel])
+            return dest
+        except (OSError, DatasetError) as exc:  # URLError is an OSError
+            errors.append(f"{url}: {exc}")
+    raise DatasetError(
+        f"Missing data file {dest} and the download failed ({'; '.join(errors)}). {note}{where}"
+    )
+
+
+def _mnist_source(name: str, data_dir: Path) -> tuple[Path, str]:
+    """Find (or download) the verified-able source of MNIST file ``name``: (path, rel key)."""
+    raw_rel, gz_rel = f"mnist/{name}", f"mnist/{name}.gz"
+    raw, gz = data_dir / raw_rel, data_dir / gz_rel
+    if raw_rel in SHA256 and raw.is_file():
+        return raw, raw_rel
+    if gz.is_file():
+        return gz, gz_rel
+    note = ""
+    if raw.is_file():
+        note = f"(The uncompressed {raw} has no pinned checksum, so the .gz file is required.) "
+    return _fetch(gz_rel, data_dir, [m + f"{name}.gz" for m in MNIST_MIRRORS], note), gz_rel
+
+
+def _binarized_source(split: str, data_dir: Path) -> tuple[Path, str]:
+    rel = f"binarized_mnist/binarized_mnist_{split}.amat"
+    path = data_dir / rel
+    if path.is_file():
+        return path, rel
+    return _fetch(rel, data_dir, [BINARIZED_MNIST_URL.format(split=split)]), rel
+
+
+# --------------------------------------------------------------------------------------------
+# parsing
+
+
+def _parse_idx(data: bytes, magic: int, shape_tail: tuple[int, ...], name: str) -> np.ndarray:
+    """Parse an IDX file of unsigned bytes, checking the magic number and dimensions."""
+    ndim = 1 + len(shape_tail)
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DatasetError(f"{name}: too short for an IDX header ({len(data)} bytes).")
+    got_magic = int(np.frombuffer(data, ">u4", count=1)[0])
+    if got_magic != magic:
+        raise DatasetError(f"{name}: IDX magic number {got_magic:#06x}, expected {magic:#06x}.")
+    dims = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
+    if dims[1:] != shape_tail:
+        raise DatasetError(f"{name}: IDX dimensions {dims}, expected (N, {shape_tail}).")
+    if len(data) - header != int(np.prod(dims)):
+        raise DatasetError(
+            f"{name}: IDX payload has {len(data) - header} bytes, dimensions {dims} need "
+            f"{int(np.prod(dims))}."
+        )
+    return np.frombuffer(data, np.uint8, offset=header).reshape(dims).copy()
+
+
+def _parse_amat(data: bytes, name: str) -> np.ndarray:
+    """Parse rows of 784 space-separated 0/1 values to uint8 ``(N, 784)``."""
+    buf = np.frombuffer(data, np.uint8)
+    if buf.size and buf.size % _AMAT_ROW_BYTES == 0:
+        rows = buf.reshape(-1, _AMAT_ROW_BYTES)
+        seps, digits = rows[:, 1::2], rows[:, 0::2]
+        if (
+            np.all(seps[:, :-1] == ord(" "))
+            and np.all(seps[:, -1] == ord("\n"))
+            and np.all((digits - ord("0")) < 2)  # uint8 wrap-around catches bytes below '0'
+        ):
+            return digits - np.uint8(ord("0"))
+    # Slow path for other whitespace layouts.
+    try:
+        out = np.loadtxt(io.BytesIO(data), dtype=np.uint8, ndmin=2)
+    except ValueError as exc:
+        raise DatasetError(f"{name}: not a matrix of 0/1 values ({exc}).") from exc
+    if out.shape[1:] != (784,) or out.max(initial=0) > 1:
+        raise DatasetError(f"{name}: expected rows of 784 values in {{0, 1}}, got {out.shape}.")
+    return np.ascontiguousarray(out)
+
+
+# --------------------------------------------------------------------------------------------
+# cache
+
+
+def _source_record(path: Path, rel: str) -> dict:
+    st = path.stat()
+    return {
+        "path": str(path.resolve()),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "sha256": SHA256[rel],
+    }
+
+
+def _atomic_write(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _cache_load(
+    cache_dir: Path, name: str, sources: dict, shape: tuple, dtype=np.uint8
+) -> np.ndarray | None:
+    """Return the cached array when its metadata matches ``sources``, shape and dtype."""
+    npy, meta = cache_dir / f"{name}.npy", cache_dir / f"{name}.json"
+    try:
+        if json.loads(meta.read_text())["sources"] != sources:
+            return None
+        arr = np.load(npy, allow_pickle=False)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if arr.shape != shape or arr.dtype != dtype:
+        return None
+    return arr
+
+
+def _cache_save(cache_dir: Path, name: str, arr: np.ndarray, sources: dict) -> None:
+    """Write ``arr`` and its metadata atomically; a failure to write only warns."""
+    try:
+        _atomic_write(cache_dir / f"{name}.npy", lambda f: np.save(f, arr, allow_pickle=False))
+        meta = json.dumps({"sources": sources, "shape": list(arr.shape), "dtype": str(arr.dtype)})
+        _atomic_write(cache_dir / f"{name}.json", lambda f: f.write(meta.encode()))
+    except OSError as exc:
+        import warnings
+
+        warnings.warn(f"could not write dataset cache to {cache_dir}: {exc}", stacklevel=3)
+
+
+def _load_cached(name, sources_rel, shape, parse, cache_dir):
+    """Load from the cache, or verify and parse the sources and cache the result.
+
+    ``sources_rel`` is a list of ``(path, rel)``; ``parse`` maps the list of verified bytes
+    to the array.
+    """
+    sources = {rel: _source_record(path, rel) for path, rel in sources_rel}
+    arr = _cache_load(cache_dir, name, sources, shape)
+    if arr is not None:
+        return arr
+    arr = parse([_read_verified(path, rel) for path, rel in sources_rel])
+    if arr.shape != shape or arr.dtype != np.uint8:
+        raise DatasetError(f"{name}: parsed array has shape {arr.shape}, expected {shape}.")
+    _cache_save(cache_dir, name, arr, sources)
+    return arr
+
+
+def _check_split(split: str, valid) -> None:
+    if split not in valid:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(valid)}")
+
+
+# --------------------------------------------------------------------------------------------
+# public loaders
+
+
+def load_mnist(
+    split: str = "train",
+    data_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Load MNIST images and labels.
+
+    Parameters
+    ----------
+    split : {"train", "test"}
+        60,000 training or 10,000 test digits.
+    data_dir : str or os.PathLike, optional
+        Data directory (default: ``$ZOO_DATA_DIR``, else ``~/.cache/ppl-zoo``); files are read
+        from ``<data_dir>/mnist/`` and downloaded there when missing.
+    cache_dir : str or os.PathLike, optional
+        Where parsed ``.npy`` arrays are cached (default: ``<data_dir>/cache`` when writable,
+        else ``~/.cache/ppl-zoo/cache``).
+
+    Returns
+    -------
+    images : numpy.ndarray of uint8, shape (N, 28, 28)
+        Grey levels 0..255.
+    labels : numpy.ndarray of uint8, shape (N,)
+        Digits 0..9.
+
+    Raises
+    ------
+    ValueError
+        For an unknown split.
+    DatasetError
+        When a file is missing (offline or download failed), corrupt, or malformed.
+    """
+    _check_split(split, _MNIST_SPLITS)
+    img_name, lab_name, n = _MNIST_SPLITS[split]
+    data_dir = resolve_data_dir(data_dir)
+    cache = _resolve_cache_dir(data_dir, cache_dir)
+
+    def parse_file(name, magic, tail):
+        def parse(blobs):
+            (data,) = blobs
+            if data[:2] == b"\x1f\x8b":
+                data = gzip.decompress(data)
+            return _parse_idx(data, magic, tail, name)
+
+        return parse
+
+    img_src = _mnist_source(img_name, data_dir)
+    images = _load_cached(
+        f"mnist_{split}_images",
+        [img_src],
+        (n, 28, 28),
+        parse_file(img_name, _IDX_IMAGES_MAGIC, (28, 28)),
+        cache,
+    )
+    lab_src = _mnist_source(lab_name, data_dir)
+    labels = _load_cached(
+        f"mnist_{split}_labels",
+        [lab_src],
+        (n,),
+        parse_file(lab_name, _IDX_LABELS_MAGIC, ()),
+        cache,
+    )
+    if labels.max(initial=0) > 9:
+        raise DatasetError(f"{lab_src[0]}: labels outside 0..9.")
+    return images, labels
+
+
+def load_binarized_mnist(
+    split: str = "train",
+    data_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> np.ndarray:
+    """Load the fixed binarization of MNIST by Larochelle & Murray (2011).
+
+    Parameters
+    ----------
+    split : {"train", "valid", "test"}
+        50,000, 10,000 or 10,000 rows.
+    data_dir : str or os.PathLike, optional
+        Data directory; the file is ``<data_dir>/binarized_mnist/binarized_mnist_{split}.amat``.
+    cache_dir : str or os.PathLike, optional
+        Where the parsed ``.npy`` array is cached (see :func:`load_mnist`).
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (N, 784)
+        Values in {0, 1}; rows are 28x28 images flattened row-major. No labels.
+
+    Raises
+    ------
+    ValueError
+        For an unknown split.
+    DatasetError
+        When the file is missing (offline or download failed), corrupt, or malformed.
+    """
+    _check_split(split, _BINARIZED_SPLITS)
+    data_dir = resolve_data_dir(data_dir)
+    cache = _resolve_cache_dir(data_dir, cache_dir)
+    src = _binarized_source(split, data_dir)
+    return _load_cached(
+        f"binarized_mnist_{split}",
+        [src],
+        (_BINARIZED_SPLITS[split], 784),
+        lambda blobs: _parse_amat(blobs[0], str(src[0])),
+        cache,
+    )
+
+
+def dynamic_binarize(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sample binary images with ``pixel ~ Bernoulli(image / 255)``.
+
+    Parameters
+    ----------
+    images : array_like, shape (...)
+        Grey levels in [0, 255] (e.g. uint8 ``(N, 28, 28)`` from :func:`load_mnist`).
+    rng : numpy.random.Generator
+        Source of randomness; the same seed gives the same sample.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, same shape as ``images``
+        Values in {0, 1}.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    images = np.asarray(images)
+    if images.size and (images.min() < 0 or images.max() > 255):
+        raise ValueError("images must have values in [0, 255]")
+    probs = images.astype(np.float64) / 255.0
+    return (rng.random(images.shape) < probs).astype(np.uint8)
+
+
+def load_digits_binarized(threshold: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Load scikit-learn's bundled 8x8 digits, binarized as ``pixel >= threshold``.
+
+    Parameters
+    ----------
+    threshold : int, default 8
+        Pixels (values 0..16) at or above it become 1.
+
+    Returns
+    -------
+    x : numpy.ndarray of uint8, shape (1797, 64)
+        Values in {0, 1}.
+    labels : numpy.ndarray of uint8, shape (1797,)
+        Digits 0..9.
+
+    Raises
+    ------
+    ImportError
+        When scikit-learn is not installed.
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as exc:
+        raise ImportError(
+            "load_digits_binarized needs scikit-learn: pip install scikit-learn"
+        ) from exc
+    digits = load_digits()
+    x = (np.asarray(digits.data) >= threshold).astype(np.uint8)
+    return x, np.asarray(digits.target).astype(np.uint8)
