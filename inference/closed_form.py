@@ -79,3 +79,17 @@ class ClosedFormAlgorithm:
             lambda a: p.backend.asarray(a, p.device, str(a.dtype)) if a.dtype.kind == "f" else a,
         )
         return ClosedFormState(p, inner, state.cache, state.update, int(skeleton["step"]))
+
+
+def start_values(spec, x, resp, config, backend, device) -> dict[str, np.ndarray]:
+    """Guide (and model) parameters after one closed-form M-step from ``resp`` (N, K), numpy.
+
+    Computed in float64 on ``backend``; SVI and the shared model checks start from it.
+    """
+    module = spec.closed_form_module()
+    ops = backend.ops
+    bconfig = backend.backend_config(config, device, "float64")
+    cache = module.init_cache(backend.asarray(x, device, "float64"), bconfig, ops)
+    state = module.init_state(backend.asarray(resp, device, "float64"), cache, bconfig, ops)
+    raw = {k: backend.to_numpy(v) for k, v in module.raw_params(state, cache, ops).items()}
+    return module.guide_init(raw, resp)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from inference.algorithm import Info, Problem
+from inference.closed_form import start_values
 from inference.initialization import initial_responsibilities
 
 
@@ -93,17 +94,9 @@ class SVIAlgorithm:
 
     def _start_values(self, problem, init) -> dict[str, np.ndarray]:
         """Guide (and model) parameters after one closed-form M-step from the responsibilities."""
-        spec = problem.spec
         x = problem.data["x"]
         resp = initial_responsibilities(x, problem.config.K, init, problem.seed)
-        module = spec.closed_form_module()
-        # The start is computed once in float64 on the backend, then cast with the data.
-        ops, b = problem.backend.ops, problem.backend
-        config = b.backend_config(problem.config, problem.device, "float64")
-        cache = module.init_cache(b.asarray(x, problem.device, "float64"), config, ops)
-        state = module.init_state(b.asarray(resp, problem.device, "float64"), cache, config, ops)
-        raw = {k: b.to_numpy(v) for k, v in module.raw_params(state, cache, ops).items()}
-        return module.guide_init(raw, resp)
+        return start_values(problem.spec, x, resp, problem.config, problem.backend, problem.device)
 
     def step(self, state: SVIState):
         elbo = state.engine.step(state.schedule(state.step))

@@ -14,6 +14,7 @@ from zoo.spec import ModelSpec
 def example_problem(spec: ModelSpec, n: int = 60, seed: int = 0, **options):
     """Small data from the spec's generator, its config, and a start point for every backend."""
     from inference.api import get_backend
+    from inference.closed_form import start_values
     from inference.initialization import initial_responsibilities
 
     if spec.make_data is None:
@@ -25,14 +26,8 @@ def example_problem(spec: ModelSpec, n: int = 60, seed: int = 0, **options):
     start = None
     if spec.closed_form is not None:
         back = get_backend("numpyro")
-        module = spec.closed_form_module()
-        dev = back.resolve_device("cpu")
         resp = initial_responsibilities(data["x"], config.K, "kmeans", seed)
-        bconfig = back.backend_config(config, dev, "float64")
-        cache = module.init_cache(back.asarray(data["x"], dev, "float64"), bconfig, back.ops)
-        state = module.init_state(back.asarray(resp, dev, "float64"), cache, bconfig, back.ops)
-        raw = {k: np.asarray(v) for k, v in module.raw_params(state, cache, back.ops).items()}
-        start = module.guide_init(raw, resp)
+        start = start_values(spec, data["x"], resp, config, back, back.resolve_device("cpu"))
     return data, config, start
 
 
@@ -99,7 +94,11 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
         if site["type"] in ("sample", "param") and not site.get("is_observed", False)
     }
     pyro_logp = float(
-        sum(site["log_prob_sum"] for site in ptrace.nodes.values() if site["type"] == "sample")
+        sum(
+            site["log_prob_sum"].detach()
+            for site in ptrace.nodes.values()
+            if site["type"] == "sample"
+        )
     )
     numpyro_logp, ntrace = _numpyro_log_density(spec, data, config, start, values)
     psig, nsig = site_signature(ptrace, "pyro"), site_signature(ntrace, "numpyro")

@@ -201,11 +201,6 @@ def update(state, cache, config, xp):
     return {"q": q, "theta": theta}, elbo
 
 
-def responsibilities(state, cache, xp):
-    """q(z): (N, K)."""
-    return xp.rows(xp.exp(log_responsibilities(state["theta"], cache, xp)[0]))
-
-
 def raw_params(state, cache, xp) -> dict:
     """Variational parameters in the data's coordinates, named as the CAVI guide's params."""
     q = state["q"]

@@ -59,11 +59,6 @@ def update(state, cache, config, xp):
     return {"params": m_step(stats, cache, config, xp)}, xp.sum(log_norm)
 
 
-def responsibilities(state, cache, xp):
-    """(N, K) posterior probabilities of the components."""
-    return xp.rows(xp.exp(log_responsibilities(state["params"]["theta"], cache, xp)[0]))
-
-
 def raw_params(state, cache, xp) -> dict:
     p = state["params"]
     return {
