@@ -29,6 +29,10 @@ class Problem:
     dtype: str
     seed: int
 
+    @property
+    def num_data(self) -> int:
+        return len(next(iter(self.data.values())))
+
     def backend_data(self) -> dict:
         return {k: self.backend.asarray(v, self.device, self.dtype) for k, v in self.data.items()}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -11,13 +12,15 @@ import numpy as np
 from inference import cavi, em, svi
 from inference.algorithm import Problem
 from inference.loop import run
+from inference.minibatch import binarize, check_grey_levels
 from inference.result import FitResult
+from inference.validation import Validation
 from zoo import BACKENDS, get_model
 
 ALGORITHMS = {"cavi": cavi.ALGORITHM, "em": em.ALGORITHM, "svi": svi.ALGORITHM}
 DEFAULT_NUM_STEPS = {"cavi": 500, "em": 500, "svi": 2000}
 DEFAULT_TOL = {"cavi": 1e-6, "em": 1e-6, "svi": None}
-SVI_OPTIONS = ("guide", "lr", "num_particles", "temperature")
+SVI_OPTIONS = ("guide", "lr", "num_particles", "temperature", "batch_size", "elbo")
 
 
 def get_backend(name: str):
@@ -43,6 +46,17 @@ def _prepare(spec, data, model_options):
     return spec.prepare(data, **model_options)
 
 
+def _config_arrays(config) -> dict:
+    """The model config as named arrays, for a fingerprint (a checkpoint of another
+    architecture or other priors is refused on resume)."""
+    return {
+        f.name: np.asarray(getattr(config, f.name), dtype=object).astype(str)
+        if not isinstance(getattr(config, f.name), np.ndarray)
+        else getattr(config, f.name)
+        for f in dataclasses.fields(config)
+    }
+
+
 def _fingerprint(data) -> str:
     digest = hashlib.sha256()
     for key in sorted(data):
@@ -63,7 +77,7 @@ def fit(
     seed: int = 0,
     num_steps: int | None = None,
     tol: float | None = None,
-    init="kmeans",
+    init=None,
     dtype: str | None = None,
     progress: bool = True,
     checkpoint=None,
@@ -73,6 +87,12 @@ def fit(
     lr: float = 0.05,
     num_particles: int = 1,
     temperature=(1.0, 0.1),
+    batch_size: int | None = None,
+    elbo: str = "trace",
+    dynamic_binarization: bool = False,
+    validation_data=None,
+    validate_every: int | None = None,
+    patience: int | None = None,
     **model_options,
 ) -> FitResult:
     """Fit ``model`` to ``data`` with ``algorithm`` on ``backend``; returns a :class:`FitResult`.
@@ -94,10 +114,27 @@ def fit(
     num_steps, tol :
         At most ``num_steps`` steps; stop early when the objective per data point changes by less
         than ``tol`` nats (default 1e-6 for closed-form updates, off for SVI).
-    init : {"kmeans", "random"} or array of shape (n_samples, K)
-        Initial responsibilities; every algorithm starts from them.
+    init : {"kmeans", "random"}, array of shape (n_samples, K), or dict of arrays, optional
+        For mixtures, the initial responsibilities every algorithm starts from (default
+        ``"kmeans"``). For SVI, a dict of parameter arrays (e.g. another fit's ``raw_params``,
+        from either backend) starts from those values; None uses the model's own seeded
+        initialisation.
     dtype : {"float32", "float64"}, optional
-        Default float64.
+        Default: the model's preference (``spec.dtype``), else float64.
+    lr, num_particles, temperature, batch_size, elbo :
+        SVI options: Adam's learning rate, Monte-Carlo samples per step, the Gumbel-softmax
+        temperature schedule ``(start, end)``, the minibatch size (default: full batch) and the
+        objective (``"trace"``, ``"meanfield"``, ``"iwae"``; see ``inference.svi.ELBOS``).
+    dynamic_binarization : bool
+        SVI on binary-pixel models: ``data["x"]`` holds grey levels in [0, 1] and every epoch
+        trains on a fresh Bernoulli draw of each pixel (drawn from ``seed`` and the epoch, so a
+        resumed run sees the same draws).
+    validation_data, validate_every, patience :
+        Held-out data (same keys as ``data``) whose per-point ELBO is evaluated every
+        ``validate_every`` steps (default: one epoch with ``batch_size``, else 100 steps) into
+        ``history["validation"]``; after ``patience`` evaluations without improvement the fit
+        stops. With validation data the result holds the parameters of the best evaluation
+        (``result.best_step``). For models with per-datum evaluation (``FitResult.elbo``).
     checkpoint, checkpoint_every, resume :
         Write an atomic checkpoint to ``checkpoint`` every ``checkpoint_every`` steps; with
         ``resume=True`` continue from it to the same result as an uninterrupted run.
@@ -125,6 +162,14 @@ def fit(
             f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every}."
         )
     data = spec.validate_data(data)
+    grey = None
+    if dynamic_binarization:
+        if algorithm != "svi":
+            raise ValueError(
+                f"dynamic_binarization is an SVI option; algorithm {algorithm!r} does not take it."
+            )
+        grey = check_grey_levels(data["x"])
+        data = {**data, "x": binarize(grey, int(seed), 0)}
     config = _prepare(spec, data, model_options)
     problem = Problem(
         spec=spec,
@@ -132,19 +177,35 @@ def fit(
         config=config,
         backend=back,
         device=back.resolve_device(device),
-        dtype=dtype or alg.default_dtype,
+        dtype=dtype or spec.dtype or alg.default_dtype,
         seed=int(seed),
     )
-    options = {"init": init if isinstance(init, str) else "array"}
+    options = {"init": init if init is None or isinstance(init, str) else "array"}
     if algorithm == "svi":
         guide = guide or spec.guides[0]
-        svi_options = dict(lr=lr, num_particles=num_particles, temperature=list(temperature))
-        options.update(svi_options, guide=guide, num_steps=int(num_steps))
-        state = alg.init(problem, guide=guide, init=init, num_steps=int(num_steps), **svi_options)
+        svi_options = dict(
+            lr=lr,
+            num_particles=num_particles,
+            temperature=list(temperature),
+            batch_size=batch_size,
+            elbo=elbo,
+        )
+        options.update(
+            svi_options,
+            guide=guide,
+            num_steps=int(num_steps),
+            dynamic_binarization=bool(dynamic_binarization),
+        )
+        state = alg.init(
+            problem, guide=guide, init=init, num_steps=int(num_steps), grey=grey, **svi_options
+        )
     else:
-        if guide is not None:
-            raise ValueError(f"guide= is an SVI option; algorithm {algorithm!r} has no guide.")
-        state = alg.init(problem, init=init)
+        for name, value, default in (("guide", guide, None), ("batch_size", batch_size, None)):
+            if value != default:
+                raise ValueError(
+                    f"{name}= is an SVI option; algorithm {algorithm!r} does not take it."
+                )
+        state = alg.init(problem, init="kmeans" if init is None else init)
     options["dtype"] = problem.dtype
     header = {
         "model": spec.name,
@@ -152,12 +213,16 @@ def fit(
         "backend": backend,
         "guide": guide,
         "seed": int(seed),
-        "data_fingerprint": _fingerprint(data),
+        "data_fingerprint": _fingerprint(data if grey is None else {**data, "x": grey}),
+        "config_fingerprint": _fingerprint(_config_arrays(config)),
         "options": options,
     }
 
-    def make_result(state, history, converged):
-        raw = alg.get_params(state)
+    validation = None
+
+    def make_result(state, history, converged, use_best=True):
+        best = use_best and validation is not None and validation.best_params is not None
+        raw = validation.best_params if best else alg.get_params(state)
         return FitResult(
             model=spec.name,
             algorithm=algorithm,
@@ -169,18 +234,32 @@ def fit(
             history={k: np.asarray(v) for k, v in history.items()},
             converged=converged,
             timing=_timing(history),
-            num_data=len(data["x"]),
+            num_data=problem.num_data,
             seed=int(seed),
             options=options,
             data=data,
+            best_step=validation.best_step if best else None,
         )
+
+    if validation_data is not None:
+        held_out = spec.validate_data(validation_data)
+
+        def validation_elbo(state) -> float:
+            """Per-point ELBO of the held-out data; one draw per point, the same each time."""
+            return float(
+                np.mean(make_result(state, {"time": []}, False, use_best=False).elbo(held_out))
+            )
+
+        if validate_every is None:
+            validate_every = problem.num_data // batch_size if batch_size else 100
+        validation = Validation(validation_elbo, validate_every, patience)
 
     state, history, converged = run(
         alg,
         state,
         num_steps=int(num_steps),
         tol=tol,
-        num_data=len(next(iter(data.values()))),
+        num_data=problem.num_data,
         progress=progress,
         checkpoint_path=checkpoint,
         checkpoint_every=int(checkpoint_every),
@@ -188,6 +267,7 @@ def fit(
         header=header,
         callback=callback,
         make_result=make_result,
+        validation=validation,
     )
     return make_result(state, history, converged)
 

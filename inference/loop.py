@@ -11,6 +11,8 @@ from tqdm.auto import tqdm
 
 from inference import checkpoint
 
+RUNNING_MEAN_STEPS = 100
+
 
 class NonFiniteObjectiveError(FloatingPointError):
     """The objective became NaN or inf; ``.result`` holds the last good parameters."""
@@ -20,18 +22,30 @@ class NonFiniteObjectiveError(FloatingPointError):
         self.result = result
 
 
-def _save(path, header, alg, state, history):
+def _save(path, header, alg, state, history, validation=None):
     skeleton, arrays = alg.state_dict(state)
     arrays.update({f"history/{k}": np.asarray(v) for k, v in history.items()})
-    checkpoint.save(path, {**header, "kind": "checkpoint", "state": skeleton}, arrays)
+    extra = {}
+    if validation is not None:
+        extra["validation"], best = validation.state_dict()
+        arrays.update(best)
+    checkpoint.save(path, {**header, **extra, "kind": "checkpoint", "state": skeleton}, arrays)
 
 
-def restore(path, header, alg, state):
+def restore(path, header, alg, state, validation=None):
     """Load a checkpoint written for the same run; returns (state, history, step)."""
     saved, arrays = checkpoint.load(path)
     if saved.get("kind") != "checkpoint":
         raise checkpoint.CheckpointError(f"{path!r} is a {saved.get('kind')!r}, not a checkpoint.")
-    for key in ("model", "algorithm", "backend", "guide", "data_fingerprint", "options"):
+    for key in (
+        "model",
+        "algorithm",
+        "backend",
+        "guide",
+        "data_fingerprint",
+        "config_fingerprint",
+        "options",
+    ):
         if saved.get(key) != header.get(key):
             raise checkpoint.CheckpointError(
                 f"Checkpoint {path!r} was written by another run: its {key} is "
@@ -40,6 +54,8 @@ def restore(path, header, alg, state):
     history = {
         k[len("history/") :]: list(arrays.pop(k)) for k in list(arrays) if k.startswith("history/")
     }
+    if validation is not None and "validation" in saved:
+        validation.load_state_dict(saved["validation"], arrays)
     try:
         state = alg.load_state_dict(state, saved["state"], arrays)
     except (KeyError, ValueError) as err:
@@ -63,18 +79,21 @@ def run(
     header: dict | None = None,
     callback=None,
     make_result=None,
+    validation=None,
 ):
-    """Step ``alg`` from ``state`` until ``num_steps`` or until the objective per data point
-    changes by less than ``tol``. Returns ``(state, history, converged)``.
+    """Step ``alg`` from ``state`` until ``num_steps``, until the objective per data point
+    changes by less than ``tol``, or until ``validation`` (``inference.validation``) stops early.
+    Returns ``(state, history, converged)``.
 
     ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt the last
     completed step is checkpointed (when a path is given) before the exception propagates.
     """
     header = dict(header or {})
+    stochastic = header.get("algorithm") == "svi"
     history = {"step": [], "objective": [], "time": []}
     start_step = 0
     if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
-        state, history, start_step = restore(checkpoint_path, header, alg, state)
+        state, history, start_step = restore(checkpoint_path, header, alg, state, validation)
     elapsed0 = history["time"][-1] if history["time"] else 0.0
     t0 = time.perf_counter() - elapsed0
     converged = False
@@ -101,11 +120,20 @@ def run(
             history["time"].append(time.perf_counter() - t0)
             bar.update(1)
             if progress and (step % 25 == 0 or step + 1 == num_steps):
-                bar.set_postfix_str(f"objective/point={objective / num_data:.4f}", refresh=False)
+                # Stochastic objectives are noisy step to step: show their running mean.
+                recent = history["objective"][-RUNNING_MEAN_STEPS:] if stochastic else [objective]
+                bar.set_postfix_str(
+                    f"objective/point={sum(recent) / len(recent) / num_data:.4f}", refresh=False
+                )
+            stop = validation is not None and validation.after_step(step + 1, state, alg, history)
             if callback is not None:
                 callback(step + 1, state, info)
-            if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
-                _save(checkpoint_path, {**header, "step": step + 1}, alg, state, history)
+            if checkpoint_path is not None and ((step + 1) % checkpoint_every == 0 or stop):
+                _save(
+                    checkpoint_path, {**header, "step": step + 1}, alg, state, history, validation
+                )
+            if stop:
+                break
             if (
                 tol is not None
                 and previous is not None
@@ -116,10 +144,24 @@ def run(
             previous = objective
     except KeyboardInterrupt:
         if checkpoint_path is not None and history["step"]:
-            _save(checkpoint_path, {**header, "step": history["step"][-1]}, alg, state, history)
+            _save(
+                checkpoint_path,
+                {**header, "step": history["step"][-1]},
+                alg,
+                state,
+                history,
+                validation,
+            )
         raise
     finally:
         bar.close()
     if checkpoint_path is not None and history["step"]:
-        _save(checkpoint_path, {**header, "step": history["step"][-1]}, alg, state, history)
+        _save(
+            checkpoint_path,
+            {**header, "step": history["step"][-1]},
+            alg,
+            state,
+            history,
+            validation,
+        )
     return state, history, converged

@@ -10,6 +10,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from inference import checkpoint
+from inference.evaluation import check_num_samples, importance_statistics
 from zoo import get_model
 
 
@@ -45,6 +46,7 @@ class FitResult:
     seed: int
     options: dict = field(default_factory=dict)
     data: dict | None = field(default=None, repr=False)  # training data, kept in memory only
+    best_step: int | None = None  # with validation data: the step whose parameters these are
 
     @property
     def objective(self) -> float:
@@ -63,6 +65,11 @@ class FitResult:
     def sample_posterior(self, num_samples: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
         """Draws of the global latents from the fitted posterior (a point mass for EM)."""
         spec = get_model(self.model)
+        if spec.sample_posterior is None:
+            raise ValueError(
+                f"Model {self.model!r} has no global latent variables to draw (its latents are "
+                "local to each data point); evaluate it with log_marginal_likelihood() or elbo()."
+            )
         rng = np.random.default_rng(seed)
         return spec.sample_posterior(
             self.raw_params, self.config, self.guide_family, rng, num_samples
@@ -78,17 +85,32 @@ class FitResult:
         data = spec.validate_data(data if isinstance(data, dict) else {"x": data})
         return spec.log_likelihood(self.sample_posterior(num_samples, seed), data)
 
-    def log_marginal_likelihood(self, x, num_samples: int = 1000, seed: int = 0) -> np.ndarray:
-        """Per-datum importance-weighted estimate of log p(x_n | training data), in nats.
+    def log_marginal_likelihood(
+        self, x, num_samples: int = 1000, seed: int = 0, device: str = "cpu"
+    ) -> np.ndarray:
+        """Per-datum importance-weighted estimate of log p(x_n), in nats; returns (N,).
 
-        The fitted posterior is the proposal: ``log (1/S) sum_s p(x_n | theta_s)``. Returns (N,).
+        Models with global latents (mixtures) use the fitted posterior as proposal,
+        ``log (1/S) sum_s p(x_n | theta_s)``, an estimate of ``log p(x_n | training data)``.
+        Models whose latents are local to a data point (a VAE) use the fitted guide,
+        ``log (1/S) sum_s p(x_n, z_s) / q(z_s | x_n)`` (``inference.evaluation``), evaluated in
+        chunks so memory stays bounded for any ``num_samples``.
         """
-        if int(num_samples) < 1:
-            raise ValueError(
-                f"num_samples must be an int in the range [1, inf); got {num_samples}."
-            )
-        ll = self.pointwise_log_likelihood(x, int(num_samples), seed)
+        num_samples = check_num_samples(num_samples)
+        if get_model(self.model).sample_posterior is None:
+            data = x if isinstance(x, dict) else {"x": x}
+            return importance_statistics(self, data, num_samples, seed, device)[1]
+        ll = self.pointwise_log_likelihood(x, num_samples, seed)
         return logsumexp(ll, axis=0) - np.log(ll.shape[0])
+
+    def elbo(self, x, num_samples: int = 1, seed: int = 0, device: str = "cpu") -> np.ndarray:
+        """Per-datum ELBO of new data under the fitted guide, in nats; returns (N,).
+
+        For models whose latents are local to a data point (a VAE): the mean over
+        ``num_samples`` draws of ``log p(x_n, z) - log q(z | x_n)``.
+        """
+        data = x if isinstance(x, dict) else {"x": x}
+        return importance_statistics(self, data, num_samples, seed, device)[0]
 
     def to_arviz(self, num_samples: int = 1000, seed: int = 0, data=None):
         """Posterior draws as ``arviz.InferenceData`` (one chain), with the pointwise
@@ -129,6 +151,7 @@ class FitResult:
             "num_data": self.num_data,
             "seed": self.seed,
             "options": self.options,
+            "best_step": self.best_step,
             "config": config_scalars,
         }
         checkpoint.save(path, header, arrays)
@@ -159,4 +182,5 @@ def load(path) -> FitResult:
         num_data=header["num_data"],
         seed=header["seed"],
         options=header["options"],
+        best_step=header.get("best_step"),
     )

@@ -1,13 +1,21 @@
 """Stochastic variational inference with the model's guides (``algorithm="svi"``).
 
-The guide name picks how discrete latents are handled: ``"enum"`` sums them out exactly
-(``TraceEnum_ELBO``), ``"gumbel"`` samples a relaxed one-hot ``z`` whose temperature is annealed
-geometrically from ``temperature[0]`` to ``temperature[1]`` over ``num_steps``. Guides start from
-the same responsibilities as CAVI and EM (one closed-form M-step), so runs compare fairly.
+The guide name picks how discrete latents are handled: a guide the twin lists in
+``ENUMERATED_GUIDES`` (``"enum"``) sums them out exactly (``TraceEnum_ELBO``), ``"gumbel"`` samples
+a relaxed one-hot ``z`` whose temperature is annealed geometrically from ``temperature[0]`` to
+``temperature[1]`` over ``num_steps``. Mixture guides start from the same responsibilities as CAVI
+and EM (one closed-form M-step), so runs compare fairly; other models start from their own seeded
+initialisation, or from ``init``, a dict of parameter arrays (e.g. another fit's ``raw_params``).
+
+With ``batch_size`` each step sees a minibatch (``inference.minibatch``: every point once per
+epoch) and the model's data plate scales its log-density by ``num_data / batch_size``, so the
+objective is an unbiased estimate of the full-data ELBO.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +24,13 @@ import numpy as np
 from inference.algorithm import Info, Problem
 from inference.closed_form import start_values
 from inference.initialization import initial_responsibilities
+from inference.minibatch import EpochBatches, binarize
+
+#: The objectives SVI maximises (``elbo=``). ``"trace"``: the Monte-Carlo ELBO; ``"meanfield"``:
+#: the ELBO with analytic KL terms where the guide and prior admit one; ``"iwae"``: the
+#: importance-weighted bound of Burda et al. (2016) with ``num_particles`` samples (Renyi's bound at
+#: alpha = 0). Enumerated guides always use ``TraceEnum_ELBO``.
+ELBOS = ("trace", "meanfield", "iwae")
 
 
 @dataclass
@@ -24,6 +39,9 @@ class SVIState:
     engine: Any  # the backend's SVIEngine
     guide: str
     schedule: Any  # step -> temperature or None
+    batches: EpochBatches | None = None
+    grey: np.ndarray | None = None  # with dynamic binarization: the grey levels of data["x"]
+    data_epoch: int = 0  # the epoch whose binarization the engine holds
     step: int = 0
 
 
@@ -55,6 +73,9 @@ class SVIAlgorithm:
         num_particles: int = 1,
         temperature=(1.0, 0.1),
         num_steps: int = 1000,
+        batch_size: int | None = None,
+        elbo: str = "trace",
+        grey: np.ndarray | None = None,
     ) -> SVIState:
         spec = problem.spec
         guide = guide or spec.guides[0]
@@ -68,40 +89,84 @@ class SVIAlgorithm:
             raise ValueError(
                 f"num_particles must be an int in the range [1, inf); got {num_particles}."
             )
+        if elbo not in ELBOS:
+            raise ValueError(f"elbo must be one of {list(ELBOS)}; got {elbo!r}.")
         twin = spec.twin(problem.backend.NAME)
         start_values = self._start_values(problem, init)
         data, config = problem.backend_data(), problem.backend_config()
         schedule = (
             geometric_schedule(*temperature, num_steps) if guide == "gumbel" else (lambda s: None)
         )
-
-        def model(data, config, temperature=None):
-            return twin.model(data, config, temperature=temperature, init=start_values)
-
+        batches = None
+        model = spec.build_model(problem.backend.NAME, config, start_values)
+        guide_fn = twin.make_guide(guide, config, start_values)
+        if batch_size is not None:
+            if not spec.minibatch:
+                raise ValueError(
+                    f"Model {spec.name!r} does not support minibatches (batch_size=); "
+                    "fit it on the full data."
+                )
+            batches = EpochBatches(problem.num_data, batch_size, problem.seed)
+            model = functools.partial(model, num_data=problem.num_data)
+            guide_fn = functools.partial(guide_fn, num_data=problem.num_data)
         engine = problem.backend.SVIEngine(
             model,
-            twin.make_guide(guide, config, start_values),
+            guide_fn,
             data,
             config,
-            enumerate=guide in twin.ENUMERATED_GUIDES,
+            elbo="enum" if guide in getattr(twin, "ENUMERATED_GUIDES", ()) else elbo,
             lr=lr,
             num_particles=int(num_particles),
             seed=problem.seed,
             device=problem.device,
             init_temperature=schedule(0),
         )
-        return SVIState(problem=problem, engine=engine, guide=guide, schedule=schedule)
+        return SVIState(
+            problem=problem,
+            engine=engine,
+            guide=guide,
+            schedule=schedule,
+            batches=batches,
+            grey=grey,
+        )
 
-    def _start_values(self, problem, init) -> dict[str, np.ndarray]:
-        """Guide (and model) parameters after one closed-form M-step from the responsibilities."""
-        x = problem.data["x"]
-        resp = initial_responsibilities(x, problem.config.K, init, problem.seed)
-        return start_values(problem.spec, x, resp, problem.config, problem.backend, problem.device)
+    def _start_values(self, problem, init) -> dict[str, np.ndarray] | None:
+        """Starting parameters: ``init`` itself when it is a dict of arrays; for models with
+        closed-form updates, one M-step from the initial responsibilities; else None (the
+        model's own seeded initialisation)."""
+        if isinstance(init, Mapping):
+            return {k: np.asarray(v) for k, v in init.items()}
+        if problem.spec.closed_form is not None:
+            x = problem.data["x"]
+            init = "kmeans" if init is None else init
+            resp = initial_responsibilities(x, problem.config.K, init, problem.seed)
+            return start_values(
+                problem.spec, x, resp, problem.config, problem.backend, problem.device
+            )
+        if init is not None:
+            raise ValueError(
+                f"init for model {problem.spec.name!r} must be None (its own initialisation) or "
+                f"a dict of parameter arrays such as a fit's raw_params; got {init!r}."
+            )
+        return None
 
     def step(self, state: SVIState):
-        elbo = state.engine.step(state.schedule(state.step))
+        if state.grey is not None:
+            self._refresh_binarization(state)
+        rows = None if state.batches is None else state.batches.indices(state.step)
+        elbo = state.engine.step(state.schedule(state.step), rows)
         state.step += 1
         return state, Info(objective=elbo)
+
+    def _refresh_binarization(self, state: SVIState) -> None:
+        """Dynamic binarization: a fresh draw of the training pixels at each epoch."""
+        steps_per_epoch = state.batches.steps_per_epoch if state.batches else 1
+        epoch = state.step // steps_per_epoch
+        if epoch != state.data_epoch:
+            p = state.problem
+            x = binarize(state.grey, p.seed, epoch)
+            state.engine.data = {**state.engine.data, "x": p.backend.asarray(x, p.device, p.dtype)}
+            state.data_epoch = epoch
 
     def get_params(self, state: SVIState) -> dict[str, np.ndarray]:
         return state.engine.params()
@@ -143,15 +208,12 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
     config = problem.backend_config()
     params = dict(result.raw_params)
 
-    def model(data, config, temperature=None):
-        return twin.model(data, config, temperature=temperature, init=params)
-
     engine = back.SVIEngine(
-        model,
+        spec.build_model(back.NAME, config, params),
         twin.make_guide("enum", config, params),
         problem.backend_data(),
         config,
-        enumerate=True,
+        elbo="enum",
         lr=1e-3,
         num_particles=1,
         seed=seed,

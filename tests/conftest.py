@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,3 +16,20 @@ def gmm_data():
 @pytest.fixture(scope="session")
 def resp0(gmm_data):
     return np.random.default_rng(1).dirichlet(np.ones(5), size=len(gmm_data))
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    """The canonical MNIST files (``ZOO_DATA_DIR``, else ``../shared/data`` beside the repo).
+
+    Tests that need real MNIST fail, rather than skip, when the files are not there.
+    """
+    path = Path(
+        os.environ.get("ZOO_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data"
+    )
+    if not (path / "mnist").is_dir() or not (path / "binarized_mnist").is_dir():
+        pytest.fail(
+            f"MNIST not found under {path}: set ZOO_DATA_DIR to a folder holding mnist/ and "
+            "binarized_mnist/ in their canonical download formats (see zoo.datasets)."
+        )
+    return path

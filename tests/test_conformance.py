@@ -11,7 +11,7 @@ MODELS = zoo.list_models()
 
 @pytest.mark.parametrize("name", MODELS)
 def test_twins_trace_with_same_sites_and_log_joint(name):
-    testing.check_twins_and_log_joint(zoo.get_model(name), K=3)
+    testing.check_twins_and_log_joint(zoo.get_model(name))
 
 
 @pytest.mark.parametrize(
@@ -25,4 +25,4 @@ def test_twins_trace_with_same_sites_and_log_joint(name):
     ],
 )
 def test_objective_improves_and_to_arviz(name, algorithm, backend):
-    testing.check_algorithm_improves(zoo.get_model(name), algorithm, backend, K=3)
+    testing.check_algorithm_improves(zoo.get_model(name), algorithm, backend)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,9 @@ class ModelSpec:
         The data keys the model takes, with rank and dtype kind.
     backends : mapping of str to str
         Backend name to the module path of its twin (imported lazily). Each twin module defines
-        ``model(data, config, temperature=None)`` and ``make_guide(name, config, init)``.
+        ``model(data, config, temperature=None, init=None)`` (or ``make_model(config, init)``
+        returning such a callable, for models that hold networks) and
+        ``make_guide(name, config, init)``.
     guides : tuple of str
         Guide names offered to SVI; the first is the default.
     algorithms : tuple of str
@@ -59,6 +62,16 @@ class ModelSpec:
         global latents from a fitted posterior (numpy).
     log_likelihood : callable, optional
         ``log_likelihood(draws, data) -> (S, N)``: per-datum log-likelihood for each draw.
+    check_data : callable, optional
+        ``check_data(data, config)``: checks that new data (e.g. a test set) fit a fitted model,
+        beyond ``validate_data`` (``prepare`` does this for the training data).
+    dtype : {"float32", "float64"}, optional
+        The precision a fit uses when the caller names none (default: the algorithm's).
+    example_options : mapping
+        Small model options for the shared checks (``zoo.testing``) and quick demos.
+    minibatch : bool
+        Whether the twins take ``num_data=`` (the full data size when ``data`` is a minibatch),
+        so SVI can fit them with ``batch_size=``.
     tags : tuple of str
         Free-form labels such as ``"discrete-latent"`` or ``"conjugate"``.
     """
@@ -76,6 +89,10 @@ class ModelSpec:
     config_type: type | None = None
     sample_posterior: Callable[..., dict] | None = None
     log_likelihood: Callable[..., np.ndarray] | None = None
+    check_data: Callable[..., None] | None = None
+    dtype: str | None = None
+    minibatch: bool = False
+    example_options: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = field(default_factory=tuple)
 
     def twin(self, backend: str) -> ModuleType:
@@ -86,6 +103,17 @@ class ModelSpec:
                 f"valid backends are {sorted(self.backends)}."
             )
         return importlib.import_module(self.backends[backend])
+
+    def build_model(self, backend: str, config, init=None) -> Callable:
+        """The backend's model callable ``model(data, config, temperature=None, ...)``.
+
+        A twin that holds networks defines ``make_model(config, init)`` so the networks are built
+        once per fit, not at every step; otherwise ``init`` is bound to its plain ``model``.
+        """
+        twin = self.twin(backend)
+        if hasattr(twin, "make_model"):
+            return twin.make_model(config, init)
+        return functools.partial(twin.model, init=init)
 
     def closed_form_module(self) -> ModuleType:
         if self.closed_form is None:

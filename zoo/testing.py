@@ -22,6 +22,7 @@ def example_problem(spec: ModelSpec, n: int = 60, seed: int = 0, **options):
             f"{spec.name}: the spec needs make_data(rng, n) for the shared checks."
         )
     data = spec.validate_data(spec.make_data(np.random.default_rng(seed), n))
+    options = {**spec.example_options, **options}
     config = spec.prepare(data, **options)
     start = None
     if spec.closed_form is not None:
@@ -39,13 +40,13 @@ def _pyro_trace(spec, data, config, start, seed=0):
 
     back = get_backend("pyro")
     dev = back.resolve_device("cpu")
-    twin = spec.twin("pyro")
     pyro.clear_param_store()
     tdata = {k: back.asarray(v, dev, "float64") for k, v in data.items()}
     tconfig = back.backend_config(config, dev, "float64")
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        trace = pyro.poutine.trace(twin.model).get_trace(tdata, tconfig, init=start)
+        model = spec.build_model("pyro", tconfig, start)
+        trace = pyro.poutine.trace(model).get_trace(tdata, tconfig)
     trace.compute_log_prob()
     return trace
 
@@ -58,11 +59,11 @@ def _numpyro_log_density(spec, data, config, start, values):
 
     back = get_backend("numpyro")
     dev = back.resolve_device("cpu")
-    twin = spec.twin("numpyro")
     jdata = {k: back.asarray(v, dev, "float64") for k, v in data.items()}
     jconfig = back.backend_config(config, dev, "float64")
     params = {k: jnp.asarray(v) for k, v in values.items()}
-    logp, trace = log_density(twin.model, (jdata, jconfig), {"init": start}, params)
+    model = spec.build_model("numpyro", jconfig, start)
+    logp, trace = log_density(model, (jdata, jconfig), {}, params)
     return float(logp), trace
 
 
@@ -86,12 +87,23 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
         raise AssertionError(
             f"{spec.name}: no twin for backend(s) {missing}; add them to backends."
         )
+    from inference.backends.pyro_backend import canonical_name
+
     data, config, start = example_problem(spec, **options)
     ptrace = _pyro_trace(spec, data, config, start)
     values = {
         name: site["value"].detach().cpu().numpy()
         for name, site in ptrace.nodes.items()
-        if site["type"] in ("sample", "param") and not site.get("is_observed", False)
+        if site["type"] == "sample" and not site.get("is_observed", False)
+    }
+    # Parameters (networks included) enter the NumPyro twin by name, as a fit's raw_params do.
+    start = {
+        **(start or {}),
+        **{
+            canonical_name(name): site["value"].detach().cpu().numpy()
+            for name, site in ptrace.nodes.items()
+            if site["type"] == "param"
+        },
     }
     pyro_logp = float(
         sum(
@@ -121,6 +133,7 @@ def check_algorithm_improves(
     import inference
 
     data, _, _ = example_problem(spec, **options)
+    options = {**spec.example_options, **options}
     res = inference.fit(
         spec, data, algorithm, backend, num_steps=num_steps, tol=0.0, progress=False, **options
     )
@@ -133,6 +146,16 @@ def check_algorithm_improves(
             f"{spec.name}/{algorithm}/{backend}: the objective did not improve "
             f"({h[:window].mean():.4f} -> {h[-window:].mean():.4f})."
         )
+    if spec.sample_posterior is None:  # local latents only: evaluate per datum instead
+        elbo = res.elbo(data, num_samples=2)
+        log_marginal = res.log_marginal_likelihood(data, num_samples=20)
+        n = len(next(iter(data.values())))
+        if elbo.shape != (n,) or not np.all(np.isfinite(log_marginal)):
+            raise AssertionError(
+                f"{spec.name}: elbo()/log_marginal_likelihood() must give finite (N,) arrays; "
+                f"got shapes {elbo.shape}, {log_marginal.shape}."
+            )
+        return
     idata = res.to_arviz(num_samples=20)
     if "posterior" not in idata.groups():
         raise AssertionError(f"{spec.name}: to_arviz gave no posterior group.")

@@ -6,6 +6,8 @@ and config to the dtype it asks for (float64 for closed-form updates, float64 by
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
@@ -57,16 +59,43 @@ def compile_step(fn):
     return jax.jit(fn)
 
 
-def _elbo_class(enumerate):
-    if enumerate:
+def make_elbo(name: str, num_particles: int):
+    """NumPyro's estimator for ``name`` (``inference.svi.ELBOS`` lists and explains them)."""
+    from numpyro.infer import RenyiELBO, TraceMeanField_ELBO
+
+    if name == "enum":
         from numpyro.infer import TraceEnum_ELBO  # needs funsor
 
-        return TraceEnum_ELBO
-    return Trace_ELBO
+        return TraceEnum_ELBO(max_plate_nesting=1, num_particles=num_particles)
+    if name == "iwae":  # the importance-weighted bound is Renyi's at alpha = 0
+        return RenyiELBO(alpha=0, num_particles=num_particles)
+    return {"trace": Trace_ELBO, "meanfield": TraceMeanField_ELBO}[name](
+        num_particles=num_particles
+    )
+
+
+def flatten_params(params: dict) -> dict[str, np.ndarray]:
+    """Named numpy arrays; a network's parameter pytree (``encoder$params``, as
+    ``numpyro.contrib.module`` names it) becomes ``encoder.fc1.weight``, ... as in Pyro."""
+    out = {}
+    for name, value in params.items():
+        if isinstance(value, jax.Array | np.ndarray):
+            out[name] = np.asarray(value)
+            continue
+        prefix = name.split("$")[0]
+        for path, leaf in jax.tree_util.tree_leaves_with_path(value):
+            out[prefix + "." + jax.tree_util.keystr(path, simple=True, separator=".")] = np.asarray(
+                leaf
+            )
+    return out
 
 
 class SVIEngine:
-    """``numpyro.infer.SVI`` with a jit-compiled update; the state is a pure pytree."""
+    """``numpyro.infer.SVI`` with a jit-compiled update; the state is a pure pytree.
+
+    ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None); the
+    rows are gathered inside the compiled update, so the data stay on the device.
+    """
 
     def __init__(
         self,
@@ -75,23 +104,20 @@ class SVIEngine:
         data,
         config,
         *,
-        enumerate,
+        elbo,
         lr,
         num_particles,
         seed,
         device,
         init_temperature=None,
     ):
-        if enumerate:
+        if elbo == "enum":
             from numpyro.contrib.funsor import config_enumerate
 
             model = config_enumerate(model)
-        elbo_class = _elbo_class(enumerate)
-        self.loss = elbo_class(
-            num_particles=num_particles, **({"max_plate_nesting": 1} if enumerate else {})
-        )
+        self.loss = make_elbo(elbo, num_particles)
         self.model, self.guide, self.data, self.config = model, guide, data, config
-        self.elbo_class, self.enumerate, self.device = elbo_class, enumerate, device
+        self.elbo_name, self.device = elbo, device
         self.svi = SVI(model, guide, numpyro.optim.Adam(lr), self.loss)
         self.state = self.svi.init(
             jax.random.PRNGKey(seed), data, config, temperature=init_temperature
@@ -99,23 +125,29 @@ class SVIEngine:
         # Commit the initial state to the device: the update's outputs are committed, and an
         # uncommitted input would make the second call compile the update again.
         self.state = jax.device_put(self.state, device)
-        self._update = jax.jit(lambda st, d, t: self.svi.update(st, d, config, temperature=t))
 
-    def step(self, temperature=None) -> float:
+        def update(state, data, rows, temperature):
+            if rows is not None:
+                data = {k: v[rows] for k, v in data.items()}
+            return self.svi.update(state, data, config, temperature=temperature)
+
+        self._update = jax.jit(update)
+
+    def step(self, temperature=None, rows=None) -> float:
         """One gradient step; a non-finite loss leaves the state as it was."""
-        state, loss = self._update(self.state, self.data, temperature)
+        if rows is not None:
+            rows = jax.device_put(rows, self.device)
+        state, loss = self._update(self.state, self.data, rows, temperature)
         loss = float(loss)
         if np.isfinite(loss):
             self.state = state
         return -loss
 
     def params(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v) for k, v in self.svi.get_params(self.state).items()}
+        return flatten_params(self.svi.get_params(self.state))
 
     def elbo(self, num_particles: int, seed: int, temperature=None) -> float:
-        loss = self.elbo_class(
-            num_particles=num_particles, **({"max_plate_nesting": 1} if self.enumerate else {})
-        )
+        loss = make_elbo(self.elbo_name, num_particles)
         params = self.svi.get_params(self.state)
         value = loss.loss(
             jax.random.PRNGKey(seed),
@@ -141,3 +173,42 @@ class SVIEngine:
         ):
             raise ValueError("Checkpoint SVI state does not match this model and guide.")
         self.state = jax.device_put(jax.tree_util.tree_unflatten(treedef, saved), self.device)
+
+
+def as_params(params: dict, device, dtype: str) -> dict:
+    """Named numpy parameter arrays on the device (floats in ``dtype``)."""
+    return {
+        k: asarray(v, device, dtype) if np.asarray(v).dtype.kind == "f" else jnp.asarray(v)
+        for k, v in params.items()
+    }
+
+
+def log_importance_weights_fn(model_and_guide, config, device):
+    """A compiled ``(data, params, seed, num_particles) -> (num_particles, N)`` function of
+    ``log p(x_n, z_n) - log q(z_n | x_n)`` with ``z_n ~ q`` (particles by ``vmap``).
+
+    ``model_and_guide(params)`` builds the pair from named parameter arrays (``as_params``); the
+    arrays are arguments of the compiled function, so new parameters do not recompile it.
+    """
+    from numpyro import handlers
+
+    from inference.evaluation import data_plate_log_prob
+
+    def one(key, data, params):
+        model, guide = model_and_guide(params)
+        guide_key, model_key = jax.random.split(key)
+        guide_trace = handlers.trace(handlers.seed(guide, guide_key)).get_trace(data, config)
+        model_trace = handlers.trace(
+            handlers.replay(handlers.seed(model, model_key), guide_trace)
+        ).get_trace(data, config)
+        return data_plate_log_prob(model_trace.values()) - data_plate_log_prob(guide_trace.values())
+
+    @functools.partial(jax.jit, static_argnums=3)
+    def weights(data, params, key, num_particles):
+        keys = jax.random.split(key, num_particles)
+        return jax.vmap(one, in_axes=(0, None, None))(keys, data, params)
+
+    def run(data, params, seed: int, num_particles: int) -> np.ndarray:
+        return np.asarray(weights(data, params, jax.random.PRNGKey(seed), num_particles))
+
+    return run

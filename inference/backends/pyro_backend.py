@@ -8,7 +8,14 @@ import numpy as np
 import pyro
 import torch
 from pyro import poutine
-from pyro.infer import SVI, Trace_ELBO, TraceEnum_ELBO, config_enumerate
+from pyro.infer import (
+    SVI,
+    RenyiELBO,
+    Trace_ELBO,
+    TraceEnum_ELBO,
+    TraceMeanField_ELBO,
+    config_enumerate,
+)
 from pyro.infer.util import zero_grads
 
 from inference.backends import tree_codec
@@ -62,10 +69,33 @@ def compile_step(fn):
     return fn
 
 
+ELBOS = {
+    "trace": Trace_ELBO,
+    "enum": TraceEnum_ELBO,
+    "meanfield": TraceMeanField_ELBO,
+    "iwae": RenyiELBO,
+}
+
+
+def make_elbo(name: str, num_particles: int):
+    """Pyro's estimator for ``name`` (``inference.svi.ELBOS`` lists and explains them)."""
+    if name == "enum":
+        return TraceEnum_ELBO(max_plate_nesting=1, num_particles=num_particles)
+    if name == "iwae":  # the importance-weighted bound is Renyi's at alpha = 0
+        return RenyiELBO(alpha=0, num_particles=num_particles, vectorize_particles=True)
+    return ELBOS[name](num_particles=num_particles)
+
+
+def canonical_name(name: str) -> str:
+    """``pyro.module`` stores ``decoder$$$fc1.weight``; the zoo names it ``decoder.fc1.weight``."""
+    return name.replace("$$$", ".")
+
+
 class SVIEngine:
     """Pyro's ``SVI`` with its own random stream, so fits neither read nor disturb the global one.
 
     Pyro keeps parameters in one global store, so one Pyro fit runs at a time in a process.
+    ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None).
     """
 
     def __init__(
@@ -75,7 +105,7 @@ class SVIEngine:
         data,
         config,
         *,
-        enumerate,
+        elbo,
         lr,
         num_particles,
         seed,
@@ -83,20 +113,13 @@ class SVIEngine:
         init_temperature=None,
     ):
         self.data, self.config, self.device = data, config, device
-        if enumerate:
+        if elbo == "enum":
             model = config_enumerate(model)
-            loss = TraceEnum_ELBO(
-                max_plate_nesting=1,
-                num_particles=num_particles,
-            )
-        else:
-            loss = Trace_ELBO(
-                num_particles=num_particles,
-            )
-        self.model, self.guide, self.loss = model, guide, loss
+        self.loss = make_elbo(elbo, num_particles)
+        self.model, self.guide, self.elbo_name = model, guide, elbo
         pyro.clear_param_store()
         self.optim = pyro.optim.Adam({"lr": lr})
-        self.svi = SVI(model, guide, self.optim, loss)
+        self.svi = SVI(model, guide, self.optim, self.loss)
         with self._rng():
             torch.manual_seed(seed)
             if device.type == "cuda":
@@ -121,14 +144,21 @@ class SVIEngine:
         if "cuda" in state:
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
-    def step(self, temperature=None) -> float:
+    def batch(self, rows):
+        if rows is None:
+            return self.data
+        index = torch.as_tensor(rows, device=self.device)
+        return {k: v.index_select(0, index) for k, v in self.data.items()}
+
+    def step(self, temperature=None, rows=None) -> float:
         """One gradient step; a non-finite loss leaves the parameters as they were."""
         temperature = self._temperature(temperature)
+        data = self.batch(rows)
         with self._rng():
             self._set_rng(self.rng_state)
             with poutine.trace(param_only=True) as capture:
                 loss = self.loss.loss_and_grads(
-                    self.model, self.guide, self.data, self.config, temperature=temperature
+                    self.model, self.guide, data, self.config, temperature=temperature
                 )
             params = {site["value"].unconstrained() for site in capture.trace.nodes.values()}
             if math.isfinite(loss):
@@ -140,18 +170,17 @@ class SVIEngine:
     def _temperature(self, temperature):
         if temperature is None:
             return None
-        return torch.as_tensor(temperature, dtype=self.data["x"].dtype, device=self.device)
+        dtype = next(iter(self.data.values())).dtype
+        return torch.as_tensor(temperature, dtype=dtype, device=self.device)
 
     def params(self) -> dict[str, np.ndarray]:
         store = pyro.get_param_store()
-        return {name: to_numpy(store[name]) for name in store.keys()}
+        # Copies: a CPU tensor's numpy view would follow the optimiser's in-place updates.
+        return {canonical_name(name): to_numpy(store[name]).copy() for name in store.keys()}
 
     def elbo(self, num_particles: int, seed: int, temperature=None) -> float:
         """A fresh Monte-Carlo ELBO estimate at the current parameters (no gradient step)."""
-        loss = type(self.loss)(
-            num_particles=num_particles,
-            **({"max_plate_nesting": 1} if isinstance(self.loss, TraceEnum_ELBO) else {}),
-        )
+        loss = make_elbo(self.elbo_name, num_particles)
         with self._rng(), torch.no_grad():
             torch.manual_seed(seed)
             return -loss.loss(
@@ -180,6 +209,10 @@ class SVIEngine:
             raise ValueError(
                 f"Checkpoint params {sorted(saved)} != model params {sorted(store.keys())}."
             )
+        shapes = {k: tuple(v.shape) for k, v in saved.items()}
+        expected = {k: tuple(store._params[k].shape) for k in saved}
+        if shapes != expected:
+            raise ValueError(f"Checkpoint param shapes {shapes} != model's {expected}.")
         with torch.no_grad():
             for name, value in saved.items():
                 store._params[name].copy_(value)
@@ -189,3 +222,43 @@ class SVIEngine:
             )
         )
         self.rng_state = tree_codec.decode(skeleton["rng"], arrays, torch.as_tensor)
+
+
+def as_params(params: dict, device, dtype: str) -> dict:
+    """Named parameter arrays as the twins' ``init`` takes them (numpy; placed when built)."""
+    return params
+
+
+def log_importance_weights_fn(model_and_guide, config, device):
+    """A ``(data, params, seed, num_particles) -> (num_particles, N)`` function of
+    ``log p(x_n, z_n) - log q(z_n | x_n)`` with ``z_n ~ q``, numpy; ``model_and_guide(params)``
+    builds the pair from named parameter arrays.
+
+    Particles are vectorised by a plate left of the model's ``data`` plate; parameters live in a
+    scratch parameter store, so the user's store is left as it was.
+    """
+    from inference.evaluation import data_plate_log_prob
+
+    built = {}
+
+    def run(data, params, seed: int, num_particles: int) -> np.ndarray:
+        if built.get("params") is not params:  # networks are built once per parameter set
+            built["params"], built["pair"] = params, model_and_guide(params)
+        model, guide = built["pair"]
+        with (
+            torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
+            torch.no_grad(),
+            pyro.get_param_store().scope(),
+        ):
+            torch.manual_seed(seed)
+            with pyro.plate("particles", num_particles, dim=-2):
+                guide_trace = poutine.trace(guide).get_trace(data, config)
+                model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
+                    data, config
+                )
+            total = data_plate_log_prob(model_trace.nodes.values()) - data_plate_log_prob(
+                guide_trace.nodes.values()
+            )
+        return to_numpy(total.expand(num_particles, -1))
+
+    return run

@@ -191,5 +191,6 @@ SPEC = ModelSpec(
     config_type=BayesianGMMConfig,
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
+    example_options={"K": 3},
     tags=("discrete-latent", "conjugate", "mixture"),
 )

@@ -158,7 +158,8 @@ def kl_normal_wishart(q, cache, config, xp):
         + d * xp.log(beta / beta0)
         + beta0 * nu * xp.einsum("ki,kij,kj->k", diff, w, diff)
     )
-    logdet_cov0 = float(np.linalg.slogdet(np.asarray(config.covariance_prior))[1])
+    # From the backend array (on the data's device), not numpy: a CUDA tensor has no numpy view.
+    logdet_cov0 = 2 * xp.sum(xp.log(xp.diagonal(xp.cholesky(cov0))))
     trace = xp.einsum("ij,kji->k", cov0, w)  # tr(W0^-1 W_k)
     kl_wishart = (
         -0.5 * nu0 * (logdet_cov0 + q["logdet_scale"])

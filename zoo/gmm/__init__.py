@@ -66,5 +66,6 @@ SPEC = ModelSpec(
     config_type=GMMConfig,
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
+    example_options={"K": 3},
     tags=("discrete-latent", "maximum-likelihood", "mixture"),
 )

@@ -1,0 +1,122 @@
+"""Seconds per training epoch of the VAE: a hand-written PyTorch loop against the zoo's Pyro and
+NumPyro paths (``inference.fit``), same network, batch size and data, measured in one run.
+
+The plain loop is what one writes without a PPL: the encoder and decoder of ``zoo.vae`` (torch
+twin), Adam, an epoch-wise shuffled minibatch, the reparameterised single-sample ELBO with the
+Gaussian KL in closed form. The zoo runs are timed from the loop's own per-step clock
+(``history["time"]``) over one whole epoch after a warm-up epoch (which holds JAX's compilation).
+
+    python benchmarks/vae_speed.py            # binarized MNIST, 50,000 rows, 784-200-200-50
+    python benchmarks/vae_speed.py --quick    # 2,000 rows: what the tests run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+
+import inference
+import zoo
+from zoo.datasets import load_binarized_mnist
+from zoo.vae.pyro_model import Decoder, Encoder
+
+
+def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed):
+    """Seconds of each epoch of a plain PyTorch VAE training loop."""
+    torch.manual_seed(seed)
+    encoder, decoder = Encoder(config), Decoder(config)
+    optim = torch.optim.Adam([*encoder.parameters(), *decoder.parameters()], lr=lr)
+    x = torch.as_tensor(x)
+    n = len(x)
+    times = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        order = torch.randperm(n)
+        for i in range(n // batch_size):
+            batch = x[order[i * batch_size : (i + 1) * batch_size]]
+            loc, scale = encoder(batch)
+            z = loc + scale * torch.randn_like(loc)
+            logits = decoder(z)
+            log_lik = -torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, batch, reduction="sum"
+            )
+            kl = 0.5 * (loc**2 + scale**2 - 1 - 2 * torch.log(scale)).sum()
+            loss = -(log_lik - kl) * (n / batch_size)  # the full-data ELBO, as the zoo's
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            float(loss)  # read the loss each step, as a training loop that logs it does
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def zoo_epochs(x, backend, batch_size, lr, epochs, seed, elbo, options):
+    res = inference.fit(
+        "vae",
+        {"x": x},
+        "svi",
+        backend,
+        num_steps=epochs * (len(x) // batch_size),
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        elbo=elbo,
+        progress=False,
+        **options,
+    )
+    steps = len(x) // batch_size
+    ends = res.history["time"][steps - 1 :: steps]
+    return list(np.diff(np.concatenate([[0.0], ends])))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--rows", type=int, default=50_000)
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--hidden", type=int, nargs="+", default=[200, 200])
+    p.add_argument("--latent-dim", type=int, default=50)
+    p.add_argument("--epochs", type=int, default=2, help="the first is a warm-up")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows = 2000
+    x = load_binarized_mnist("train")[: args.rows].astype(np.float32)
+    options = dict(latent_dim=args.latent_dim, hidden=tuple(args.hidden))
+    config = zoo.get_model("vae").prepare({"x": x[:1]}, **options)
+    lr, seed = 1e-3, 0
+    runs = {
+        "plain PyTorch loop": plain_pytorch_epochs(
+            x, config, args.batch_size, lr, args.epochs, seed
+        ),
+        "zoo Pyro, Trace_ELBO": zoo_epochs(
+            x, "pyro", args.batch_size, lr, args.epochs, seed, "trace", options
+        ),
+        "zoo Pyro, TraceMeanField_ELBO": zoo_epochs(
+            x, "pyro", args.batch_size, lr, args.epochs, seed, "meanfield", options
+        ),
+        "zoo NumPyro, Trace_ELBO": zoo_epochs(
+            x, "numpyro", args.batch_size, lr, args.epochs, seed, "trace", options
+        ),
+    }
+    base = runs["plain PyTorch loop"][-1]
+    table = {
+        name: {"seconds_per_epoch": t[-1], "x_plain_pytorch": t[-1] / base}
+        for name, t in runs.items()
+    }
+    print(f"rows={args.rows} batch={args.batch_size} hidden={args.hidden} L={args.latent_dim}")
+    print("| path | s/epoch | x plain PyTorch |\n|---|---|---|")
+    for name, row in table.items():
+        print(f"| {name} | {row['seconds_per_epoch']:.2f} | {row['x_plain_pytorch']:.2f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"settings": vars(args), "results": table}, f, indent=2)
+    return table
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Every example runs end to end in its --quick mode, on the real data where it needs MNIST."""
+
+import json
+import runpy
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run_example(name, argv):
+    script = runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name=name)  # in-process
+    return script["main"](argv)
+
+
+def test_vae_example_quick(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    metrics = run_example("vae", ["--quick", "--backend", "pyro", "--out", str(tmp_path)])
+    assert metrics["epochs_run"] == 2 and metrics["test_rows"] == 500
+    # A bound and a tighter estimate of log p(x), both in nats per image.
+    assert -550 < metrics["test_elbo"] < metrics["test_log_px_k20"] < 0
+    assert json.loads((tmp_path / "metrics.json").read_text())["test_elbo"] == metrics["test_elbo"]
+    assert (tmp_path / "vae_reconstructions_samples.png").is_file()
+    assert np.isfinite(metrics["best_valid_elbo"])

@@ -1,0 +1,256 @@
+"""The VAE twins: minibatch SVI, evaluation (ELBO, importance-weighted log p(x)), backend parity,
+checkpoints and bad input. Small binary 8x8 digits and tiny networks keep it fast."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import inference
+import zoo
+from inference.checkpoint import CheckpointError
+
+SMALL = dict(latent_dim=3, hidden=(24,))
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return zoo.get_model("vae").make_data(np.random.default_rng(0), 600)["x"]
+
+
+@pytest.fixture(scope="module")
+def pyro_fit(digits):
+    return inference.fit(
+        "vae", {"x": digits}, "svi", "pyro", num_steps=120, batch_size=50, lr=3e-3,
+        progress=False, **SMALL,
+    )  # fmt: skip
+
+
+def test_minibatch_svi_learns_on_both_backends(digits):
+    for backend in ("pyro", "numpyro"):
+        res = inference.fit(
+            "vae", {"x": digits}, "svi", backend, num_steps=120, batch_size=50, lr=3e-3,
+            progress=False, **SMALL,
+        )  # fmt: skip
+        h = res.history["objective"] / len(digits)
+        assert np.all(np.isfinite(h)) and h[-20:].mean() > h[:20].mean() + 2.0, backend
+        assert res.raw_params["decoder.logits.weight"].shape == (64, 24)
+        assert res.raw_params["encoder.body.hidden.0.weight"].dtype == np.float32
+
+
+def test_same_seed_same_result(digits):
+    for backend in ("pyro", "numpyro"):
+        a, b = (
+            inference.fit(
+                "vae",
+                {"x": digits},
+                "svi",
+                backend,
+                num_steps=15,
+                batch_size=50,
+                progress=False,
+                seed=3,
+                **SMALL,
+            )  # fmt: skip
+            for _ in range(2)
+        )
+        np.testing.assert_array_equal(a.history["objective"], b.history["objective"])
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_data_plate_scales_a_minibatch_to_the_full_data(digits, backend):
+    """log p(x_batch, z) with num_data=N is N/B times the unscaled one."""
+    spec = zoo.get_model("vae")
+    back = inference.get_backend(backend)
+    dev = back.resolve_device("cpu")
+    config = back.backend_config(spec.prepare({"x": digits}, **SMALL), dev, "float64")
+    batch = {"x": back.asarray(digits[:20], dev, "float64")}
+    if backend == "pyro":
+        import pyro
+        import torch
+
+        def log_joint(**kw):
+            torch.manual_seed(0)
+            model = spec.build_model(backend, config, None)
+            return float(pyro.poutine.trace(model).get_trace(batch, config, **kw).log_prob_sum())
+    else:
+        import jax
+        from numpyro import handlers
+        from numpyro.infer.util import log_density
+
+        def log_joint(**kw):
+            seeded = handlers.seed(spec.build_model(backend, config, None), jax.random.PRNGKey(0))
+            return float(log_density(seeded, (batch, config), kw, {})[0])
+
+    full, scaled = log_joint(), log_joint(num_data=600)
+    assert np.isclose(scaled, full * 600 / 20, rtol=1e-10)
+
+
+def test_same_weights_same_evaluation_on_both_backends(digits, pyro_fit):
+    """Pyro's fitted weights, evaluated by the NumPyro twin: the per-datum ELBO and log p(x)
+    estimates agree within Monte-Carlo error (4 standard errors)."""
+    x = digits[:200]
+    twin = dataclasses.replace(pyro_fit, backend="numpyro")
+    elbo_p = pyro_fit.elbo(x, num_samples=400, seed=1)
+    elbo_n = twin.elbo(x, num_samples=400, seed=2)
+    stderr = np.sqrt(2 * np.var(elbo_p - pyro_fit.elbo(x, num_samples=400, seed=5)) / len(x))
+    assert abs(elbo_p.mean() - elbo_n.mean()) < 4 * max(stderr, 1e-3)
+    iw_p = pyro_fit.log_marginal_likelihood(x, num_samples=400, seed=1)
+    iw_n = twin.log_marginal_likelihood(x, num_samples=400, seed=2)
+    assert abs(iw_p.mean() - iw_n.mean()) < 0.05
+    # The importance-weighted bound is tighter than the ELBO.
+    assert iw_p.mean() > elbo_p.mean()
+
+
+def test_importance_weighted_estimate_is_chunked_and_reproducible(digits, pyro_fit, monkeypatch):
+    from inference import evaluation
+
+    x = digits[:37]
+    whole = pyro_fit.log_marginal_likelihood(x, num_samples=64, seed=0)
+    again = pyro_fit.log_marginal_likelihood(x, num_samples=64, seed=0)
+    np.testing.assert_array_equal(whole, again)
+    monkeypatch.setattr(evaluation, "CHUNK_ELEMENTS", 200)  # 3 rows x 64 particles a chunk
+    chunked = pyro_fit.log_marginal_likelihood(x, num_samples=64, seed=0)
+    assert chunked.shape == (37,)
+    assert abs(chunked.mean() - whole.mean()) < 0.1  # other draws, the same estimate
+
+
+def test_warm_start_from_the_other_backend(digits, pyro_fit):
+    """A fit's raw_params start a fit on the other backend at the same ELBO."""
+    res = inference.fit(
+        "vae", {"x": digits}, "svi", "numpyro", init=pyro_fit.raw_params, num_steps=1,
+        lr=1e-12, progress=False, **SMALL,
+    )  # fmt: skip
+    for k, v in pyro_fit.raw_params.items():
+        np.testing.assert_allclose(res.raw_params[k], v, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_minibatch_resume_reaches_the_same_result(tmp_path, digits, backend):
+    opts = dict(batch_size=64, progress=False, lr=3e-3, **SMALL)  # 9 steps an epoch
+    full = inference.fit("vae", {"x": digits}, "svi", backend, num_steps=30, **opts)
+    path = tmp_path / "ck.zoo"
+    with pytest.raises(KeyboardInterrupt):
+        inference.fit(
+            "vae", {"x": digits}, "svi", backend, num_steps=30, checkpoint=path,
+            checkpoint_every=100, callback=_stop_after(13), **opts,
+        )  # fmt: skip
+    resumed = inference.fit(
+        "vae", {"x": digits}, "svi", backend, num_steps=30, checkpoint=path, resume=True, **opts
+    )
+    np.testing.assert_allclose(resumed.history["objective"], full.history["objective"], rtol=1e-5)
+    for k, v in full.raw_params.items():
+        np.testing.assert_allclose(resumed.raw_params[k], v, rtol=1e-5, atol=1e-6)
+
+
+def _stop_after(n):
+    def callback(step, state, info):
+        if step == n:
+            raise KeyboardInterrupt
+
+    return callback
+
+
+def test_save_load_and_evaluate(tmp_path, digits, pyro_fit):
+    path = tmp_path / "vae.zoo"
+    pyro_fit.save(path)
+    loaded = inference.load(path)
+    assert loaded.config == pyro_fit.config
+    np.testing.assert_array_equal(
+        loaded.log_marginal_likelihood(digits[:20], num_samples=8),
+        pyro_fit.log_marginal_likelihood(digits[:20], num_samples=8),
+    )
+
+
+def test_bad_input_is_a_clear_error(digits, pyro_fit):
+    fit = dict(algorithm="svi", backend="pyro", num_steps=1, progress=False, **SMALL)
+    grey = digits.copy()
+    grey[3, 5] = 0.5
+    with pytest.raises(ValueError, match="binary pixels"):
+        inference.fit("vae", {"x": grey}, **fit)
+    with pytest.raises(ValueError, match="must have 2 dimensions"):
+        inference.fit("vae", {"x": digits.reshape(-1, 8, 8)}, **fit)
+    with pytest.raises(ValueError, match=r"batch_size must be an int in the range \[1, 600\]"):
+        inference.fit("vae", {"x": digits}, batch_size=601, **fit)
+    with pytest.raises(ValueError, match=r"num_samples must be an int in the range \[1, inf\)"):
+        pyro_fit.log_marginal_likelihood(digits, num_samples=0)
+    with pytest.raises(ValueError, match="64 pixels per row"):
+        pyro_fit.elbo(np.zeros((3, 784), np.float32))
+    with pytest.raises(ValueError, match="binary pixels"):
+        pyro_fit.elbo(grey)
+    for backend in ("pyro", "numpyro"):
+        with pytest.raises(ValueError, match="do not fit this architecture"):
+            inference.fit(
+                "vae", {"x": digits}, "svi", backend, init=pyro_fit.raw_params, num_steps=1,
+                progress=False, latent_dim=5, hidden=(24,),
+            )  # fmt: skip
+    with pytest.raises(ValueError, match="no global latent variables"):
+        pyro_fit.to_arviz()
+
+
+def test_checkpoint_of_another_architecture_is_refused(tmp_path, digits):
+    path = tmp_path / "ck.zoo"
+    opts = dict(num_steps=2, progress=False, checkpoint=path)
+    inference.fit("vae", {"x": digits}, "svi", "pyro", **opts, **SMALL)
+    with pytest.raises(CheckpointError):
+        inference.fit(
+            "vae", {"x": digits}, "svi", "pyro", resume=True, **opts, latent_dim=3, hidden=(8,)
+        )
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_validation_early_stopping_keeps_the_best_params(tmp_path, digits, backend):
+    train, held_out = digits[:500], digits[500:]
+    opts = dict(
+        batch_size=100, lr=3e-2, validation_data={"x": held_out}, validate_every=5, patience=2,
+        progress=False, **SMALL,
+    )  # fmt: skip
+    res = inference.fit("vae", {"x": train}, "svi", backend, num_steps=400, **opts)
+    steps, values = res.history["validation_step"], res.history["validation"]
+    assert res.best_step == steps[np.argmax(values)]
+    assert res.num_steps < 400 and steps[-1] - res.best_step == 10  # stopped after 2 misses
+    best_elbo = res.elbo(held_out).mean()  # the returned parameters are the best evaluated
+    assert np.isclose(best_elbo, values.max(), rtol=1e-5)
+    # Interrupted and resumed, the run stops at the same step with the same best parameters.
+    path = tmp_path / "ck.zoo"
+    with pytest.raises(KeyboardInterrupt):
+        inference.fit(
+            "vae", {"x": train}, "svi", backend, num_steps=400, checkpoint=path,
+            callback=_stop_after(res.best_step + 2), **opts,
+        )  # fmt: skip
+    resumed = inference.fit(
+        "vae", {"x": train}, "svi", backend, num_steps=400, checkpoint=path, resume=True, **opts
+    )
+    assert resumed.best_step == res.best_step and resumed.num_steps == res.num_steps
+    for k, v in res.raw_params.items():
+        np.testing.assert_allclose(resumed.raw_params[k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_numpy_networks_match_both_twins(digits, pyro_fit):
+    """zoo.vae.encode/decode (numpy) compute what the torch and equinox networks compute."""
+    import jax.numpy as jnp
+    import torch
+
+    from zoo.vae import decode, encode, numpyro_model, pyro_model
+
+    params, config, x = pyro_fit.raw_params, pyro_fit.config, digits[:10]
+    loc, scale = encode(params, config, x)
+    z = loc + scale
+    like_t, like_j = torch.zeros((), dtype=torch.float64), jnp.zeros((), jnp.float64)
+    enc_t = pyro_model._network(pyro_model.Encoder, "encoder", config, params, like_t)
+    dec_t = pyro_model._network(pyro_model.Decoder, "decoder", config, params, like_t)
+    enc_j = numpyro_model._network(numpyro_model.Encoder, "encoder", config, params, like_j)
+    dec_j = numpyro_model._network(numpyro_model.Decoder, "decoder", config, params, like_j)
+    for got_loc, got_scale in (
+        [t.detach().numpy() for t in enc_t(torch.as_tensor(x, dtype=torch.float64))],
+        [np.asarray(a) for a in enc_j(jnp.asarray(x, jnp.float64))],
+    ):
+        np.testing.assert_allclose(got_loc, loc, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_scale, scale, rtol=1e-5, atol=1e-6)
+    probs = decode(params, config, z)
+    np.testing.assert_allclose(
+        torch.sigmoid(dec_t(torch.as_tensor(z))).detach().numpy(), probs, rtol=1e-5, atol=1e-7
+    )
+    np.testing.assert_allclose(
+        np.asarray(1 / (1 + jnp.exp(-dec_j(jnp.asarray(z))))), probs, rtol=1e-5, atol=1e-7
+    )

@@ -1,0 +1,121 @@
+"""Pyro twin of the VAE: torch networks registered with ``pyro.module``."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch import nn
+
+ENUMERATED_GUIDES = ()
+_ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "softplus": nn.functional.softplus}
+
+
+class MLP(nn.Module):
+    """``hidden`` Linear layers, each followed by the activation; inputs may have any batch dims."""
+
+    def __init__(self, sizes, activation):
+        super().__init__()
+        self.hidden = nn.ModuleList(
+            nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)
+        )
+        self.activation = _ACTIVATIONS[activation]
+
+    def forward(self, h):
+        for layer in self.hidden:
+            h = self.activation(layer(h))
+        return h
+
+
+class Encoder(nn.Module):
+    """x (..., D) -> loc, scale (..., L) of q(z | x)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.body = MLP((config.num_pixels, *config.hidden), config.activation)
+        self.loc = nn.Linear(config.hidden[-1], config.latent_dim)
+        self.log_scale = nn.Linear(config.hidden[-1], config.latent_dim)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.loc(h), torch.exp(self.log_scale(h))
+
+
+class Decoder(nn.Module):
+    """z (..., L) -> Bernoulli logits (..., D)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.body = MLP((config.latent_dim, *reversed(config.hidden)), config.activation)
+        self.logits = nn.Linear(config.hidden[0], config.num_pixels)
+
+    def forward(self, z):
+        return self.logits(self.body(z))
+
+
+def _network(cls, name, config, init, like):
+    """Build ``cls`` on the data's device and dtype, from ``init`` (zoo parameter names) if given;
+    otherwise torch's default initialisation from the current random stream."""
+    if not init:
+        return cls(config).to(device=like.device, dtype=like.dtype)
+    with torch.device("meta"):  # no initialisation to draw: the weights come from init
+        net = cls(config)
+    net = net.to_empty(device=like.device).to(dtype=like.dtype)
+    prefix = name + "."
+    state = {k[len(prefix) :]: torch.as_tensor(v) for k, v in init.items() if k.startswith(prefix)}
+    expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != got:
+        raise ValueError(
+            f"The {name} parameters given do not fit this architecture ({config}): "
+            f"expected shapes {expected}; got {got}."
+        )
+    net.load_state_dict(state)
+    return net
+
+
+@contextlib.contextmanager
+def data_plate(batch_size: int, num_data: int | None):
+    """The ``data`` plate over a minibatch of ``batch_size`` rows of ``num_data``: log-densities
+    are scaled by ``num_data / batch_size`` (the inference layer has drawn the rows)."""
+    scale = 1.0 if num_data is None else num_data / batch_size
+    with pyro.plate("data", batch_size), poutine.scale(scale=scale):
+        yield
+
+
+def make_model(config, init=None):
+    """The model with its decoder built once, at the first call, where the data live."""
+    nets = {}
+
+    def model(data, config, temperature=None, num_data=None):
+        x = data["x"]
+        if "decoder" not in nets:
+            nets["decoder"] = _network(Decoder, "decoder", config, init, x)
+        decoder = pyro.module("decoder", nets["decoder"])
+        zero, one = x.new_zeros(()), x.new_ones(())
+        with data_plate(x.shape[0], num_data):
+            z = pyro.sample("z", dist.Normal(zero, one).expand([config.latent_dim]).to_event(1))
+            pixels = dist.Bernoulli(logits=decoder(z), validate_args=False)  # prepare() checked x
+            pyro.sample("x", pixels.to_event(1), obs=x)
+
+    return model
+
+
+def make_guide(name, config, init=None):
+    """``"amortized"``: q(z_n | x_n) = Normal(loc(x_n), scale(x_n)) from the encoder."""
+    if name != "amortized":
+        raise ValueError(f"Unknown guide {name!r} for 'vae'; valid guides are ['amortized'].")
+    nets = {}
+
+    def guide(data, config, temperature=None, num_data=None):
+        x = data["x"]
+        if "encoder" not in nets:
+            nets["encoder"] = _network(Encoder, "encoder", config, init, x)
+        loc, scale = pyro.module("encoder", nets["encoder"])(x)
+        with data_plate(x.shape[0], num_data):
+            pyro.sample("z", dist.Normal(loc, scale).to_event(1))
+
+    return guide
