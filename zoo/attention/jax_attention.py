@@ -1,0 +1,312 @@
+"""Scaled dot-product and multi-head attention in JAX (the twin of ``torch_attention``).
+
+Shapes follow ``torch_attention`` (and ``torch.nn.functional.scaled_dot_product_attention``): the
+last two axes are ``(sequence, features)`` and every axis before them (batch, heads) broadcasts.
+``jax.nn.dot_product_attention`` puts heads after the sequence axis instead (``B T N H``).
+
+Every function is pure and jit-compatible; see :func:`scaled_dot_product_attention` for how the
+fully-masked-query check behaves under ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from zoo.attention import _checks
+
+try:
+    import equinox as eqx
+except ImportError:  # pragma: no cover - equinox is a dependency; plain dicts still work
+    eqx = None
+
+__all__ = [
+    "MultiHeadAttention",
+    "cross_attention",
+    "init_params",
+    "multi_head_attention",
+    "scaled_dot_product_attention",
+    "self_attention",
+]
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def scaled_dot_product_attention(
+    q, k, v, mask=None, bias=None, scale=None, causal=False, return_weights=False
+):
+    r"""``softmax(q k^T * scale + bias) v`` with masking.
+
+    Parameters
+    ----------
+    q : Array, shape (..., Lq, E)
+        Queries.
+    k : Array, shape (..., Lk, E)
+        Keys.
+    v : Array, shape (..., Lk, Ev)
+        Values. The leading (batch, head) axes of ``q``, ``k`` and ``v`` broadcast.
+    mask : Array, broadcastable to (..., Lq, Lk), optional
+        Boolean: ``True`` where a query may attend to a key. A floating-point mask is an additive
+        bias instead (as torch's ``attn_mask``).
+    bias : Array, broadcastable to (..., Lq, Lk), optional
+        Added to the scaled scores (``-inf`` hides a key).
+    scale : float, optional
+        Multiplies ``q k^T``; default ``1 / sqrt(E)``.
+    causal : bool
+        Query ``i`` attends only to keys ``j <= i`` (top-left aligned, as torch and JAX do).
+    return_weights : bool
+        Also return the attention weights.
+
+    Returns
+    -------
+    out : Array, shape (..., Lq, Ev)
+    weights : Array, shape (..., Lq, Lk)
+        Only with ``return_weights=True``; each row sums to one.
+
+    Raises
+    ------
+    ValueError
+        For shapes that do not fit, and, when called eagerly, when a query has every key hidden
+        (by ``mask``, a ``-inf`` bias or ``causal``). Under ``jax.jit`` (or ``vmap``, ``grad``)
+        the scores are abstract and the check cannot run: such a query then gets NaN weights and
+        a NaN output, so the error still shows rather than a silent average (unlike
+        ``jax.nn.dot_product_attention``, which masks with a large finite number and returns the
+        mean of the values).
+    """
+    lq, lk = _checks.check_qkv(jnp.shape(q), jnp.shape(k), jnp.shape(v))
+    scale = _checks.default_scale(scale, jnp.shape(q)[-1])
+    scores = jnp.matmul(q, jnp.swapaxes(k, -2, -1)) * scale
+    if mask is not None:
+        mask = jnp.asarray(mask)
+        _checks.check_scores_operand("mask", mask.shape, lq, lk)
+        if mask.dtype == jnp.bool_:
+            scores = jnp.where(mask, scores, -jnp.inf)
+        elif jnp.issubdtype(mask.dtype, jnp.floating):
+            scores = scores + mask.astype(scores.dtype)
+        else:
+            raise ValueError(
+                f"expected a boolean mask (True = attend) or a floating-point additive mask; "
+                f"got dtype {mask.dtype}."
+            )
+    if bias is not None:
+        bias = jnp.asarray(bias)
+        _checks.check_scores_operand("bias", bias.shape, lq, lk)
+        scores = scores + bias.astype(scores.dtype)
+    if causal:
+        scores = jnp.where(jnp.tril(jnp.ones((lq, lk), dtype=bool)), scores, -jnp.inf)
+    if _is_concrete(scores):
+        dead = jnp.all(jnp.isneginf(scores), axis=-1)
+        if bool(jnp.any(dead)):
+            raise _checks.dead_query_error(jnp.argwhere(dead)[0].tolist())
+    weights = jax.nn.softmax(scores, axis=-1)
+    out = jnp.matmul(weights, v)
+    return (out, weights) if return_weights else out
+
+
+def _split_heads(x, num_heads):
+    """(..., L, H * Dh) -> (..., H, L, Dh)."""
+    return jnp.swapaxes(x.reshape(*x.shape[:-1], num_heads, -1), -3, -2)
+
+
+def _linear(x, weight, bias):
+    out = x @ weight.T
+    return out if bias is None else out + bias
+
+
+def multi_head_attention(
+    params,
+    query,
+    key=None,
+    value=None,
+    *,
+    num_heads,
+    mask=None,
+    bias=None,
+    scale=None,
+    causal=False,
+    return_weights=False,
+):
+    r"""Multi-head attention with the projections in ``params``.
+
+    ``out = concat_h(attention(query Wq_h^T, key Wk_h^T, value Wv_h^T)) Wo^T + bo`` (each
+    projection with its bias), the attention scaled dot-product per head.
+
+    Parameters
+    ----------
+    params : dict of str to Array
+        ``q_weight`` (embed_dim, query_dim), ``k_weight`` (embed_dim, key_dim), ``v_weight``
+        (embed_dim, value_dim), ``out_weight`` (out_dim, embed_dim) and optionally the biases
+        ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and ``out_bias`` (out_dim,).
+    query : Array, shape (..., Lq, query_dim)
+    key : Array, shape (..., Lk, key_dim), optional
+        Default ``query`` (self-attention).
+    value : Array, shape (..., Lk, value_dim), optional
+        Default ``key``.
+    num_heads : int
+        Divides ``embed_dim``; each head has ``embed_dim // num_heads`` features.
+    mask, bias : Array, broadcastable to (..., num_heads, Lq, Lk), optional
+        As in :func:`scaled_dot_product_attention`; the head axis is the third from last, so a
+        per-example mask of shape (B, Lq, Lk) is passed as ``mask[:, None]``.
+    scale : float, optional
+        Default ``1 / sqrt(embed_dim // num_heads)``.
+    causal, return_weights : bool
+        As in :func:`scaled_dot_product_attention`.
+
+    Returns
+    -------
+    out : Array, shape (..., Lq, out_dim)
+    weights : Array, shape (..., num_heads, Lq, Lk)
+        Only with ``return_weights=True``: every head's weights (not averaged).
+    """
+    key = query if key is None else key
+    value = key if value is None else value
+    _checks.check_params(params, query.shape[-1], key.shape[-1], value.shape[-1], num_heads)
+    q = _split_heads(_linear(query, params["q_weight"], params.get("q_bias")), num_heads)
+    k = _split_heads(_linear(key, params["k_weight"], params.get("k_bias")), num_heads)
+    v = _split_heads(_linear(value, params["v_weight"], params.get("v_bias")), num_heads)
+    out, weights = scaled_dot_product_attention(
+        q, k, v, mask=mask, bias=bias, scale=scale, causal=causal, return_weights=True
+    )
+    out = jnp.swapaxes(out, -3, -2)  # (..., Lq, H, Dh)
+    out = _linear(out.reshape(*out.shape[:-2], -1), params["out_weight"], params.get("out_bias"))
+    return (out, weights) if return_weights else out
+
+
+def self_attention(params, x, *, num_heads, **options):
+    """Multi-head self-attention: queries, keys and values all come from ``x`` (..., L, dim)."""
+    return multi_head_attention(params, x, x, x, num_heads=num_heads, **options)
+
+
+def cross_attention(params, x, context, *, num_heads, **options):
+    """Multi-head cross-attention: queries from ``x`` (..., Lq, dim), keys and values from
+    ``context`` (..., Lk, context_dim)."""
+    return multi_head_attention(params, x, context, context, num_heads=num_heads, **options)
+
+
+def init_params(
+    embed_dim, num_heads, kdim=None, vdim=None, out_dim=None, bias=True, *, key, dtype=None
+):
+    """Random multi-head parameters: Xavier-uniform weights and zero biases, as a dict of arrays.
+
+    ``kdim``, ``vdim`` (input sizes of keys and values) default to ``embed_dim``, and so does
+    ``out_dim``; ``key`` is a ``jax.random`` key.
+    """
+    _checks.check_heads(embed_dim, num_heads)
+    kdim = embed_dim if kdim is None else kdim
+    vdim = embed_dim if vdim is None else vdim
+    out_dim = embed_dim if out_dim is None else out_dim
+    dtype = dtype or jnp.zeros(()).dtype
+    params = {}
+    shapes = (
+        ("q", (embed_dim, embed_dim)),
+        ("k", (embed_dim, kdim)),
+        ("v", (embed_dim, vdim)),
+        ("out", (out_dim, embed_dim)),
+    )
+    for (name, (rows, cols)), subkey in zip(shapes, jax.random.split(key, 4), strict=True):
+        bound = math.sqrt(6.0 / (rows + cols))
+        params[f"{name}_weight"] = jax.random.uniform(
+            subkey, (rows, cols), dtype=dtype, minval=-bound, maxval=bound
+        )
+        if bias:
+            params[f"{name}_bias"] = jnp.zeros((rows,), dtype=dtype)
+    return params
+
+
+if eqx is not None:
+
+    class MultiHeadAttention(eqx.Module):
+        """Multi-head attention with learned projections, as an ``equinox.Module``.
+
+        Parameters
+        ----------
+        embed_dim : int
+            Size of the queries (input and projected) and of the output unless ``out_dim`` is
+            given.
+        num_heads : int
+            Divides ``embed_dim``.
+        kdim, vdim, out_dim : int, optional
+            Input sizes of keys and values and the output size; default ``embed_dim``.
+        bias : bool
+            Whether the four projections have biases.
+        key : jax.random key, optional
+            Draws the initial parameters (needed unless ``params`` is given).
+        params : dict of str to array, optional
+            Use these parameters (named as :func:`multi_head_attention`'s dict, e.g.
+            ``torch_attention.MultiHeadAttention``'s ``named_parameters()`` as arrays); the sizes
+            are then read from them.
+        """
+
+        q_weight: jax.Array
+        k_weight: jax.Array
+        v_weight: jax.Array
+        out_weight: jax.Array
+        q_bias: jax.Array | None
+        k_bias: jax.Array | None
+        v_bias: jax.Array | None
+        out_bias: jax.Array | None
+        num_heads: int = eqx.field(static=True)
+
+        def __init__(
+            self,
+            embed_dim=None,
+            num_heads=1,
+            kdim=None,
+            vdim=None,
+            out_dim=None,
+            bias=True,
+            *,
+            key=None,
+            params=None,
+            dtype=None,
+        ):
+            if params is None:
+                if key is None or embed_dim is None:
+                    raise ValueError(
+                        "expected embed_dim and key (to draw the parameters) or params; got "
+                        f"embed_dim={embed_dim!r}, key={key!r}, params=None."
+                    )
+                params = init_params(
+                    embed_dim, num_heads, kdim, vdim, out_dim, bias, key=key, dtype=dtype
+                )
+            params = {k: jnp.asarray(v, dtype=dtype) for k, v in params.items() if v is not None}
+            w = params.get("q_weight")
+            if w is None:
+                raise ValueError(f"expected params with a 'q_weight'; got keys {sorted(params)}.")
+            _checks.check_params(
+                params,
+                w.shape[1],
+                params.get("k_weight", w).shape[1],
+                params.get("v_weight", w).shape[1],
+                num_heads,
+            )
+            self.num_heads = int(num_heads)
+            for name in _checks.PARAM_NAMES:
+                setattr(self, name, params.get(name))
+
+        def params(self) -> dict:
+            return {
+                name: getattr(self, name)
+                for name in _checks.PARAM_NAMES
+                if getattr(self, name) is not None
+            }
+
+        def __call__(self, query, key=None, value=None, **options):
+            """Self-attention with ``key=None``, cross-attention otherwise; ``options`` as in
+            :func:`multi_head_attention` (``mask``, ``bias``, ``scale``, ``causal``,
+            ``return_weights``)."""
+            return multi_head_attention(
+                self.params(), query, key, value, num_heads=self.num_heads, **options
+            )
+
+else:  # pragma: no cover
+
+    def MultiHeadAttention(*args, **kwargs):  # noqa: N802
+        raise ImportError(
+            "jax_attention.MultiHeadAttention needs equinox (pip install equinox); "
+            "multi_head_attention(params, ...) works with a plain dict of arrays."
+        )

@@ -1,0 +1,66 @@
+"""The fitted point estimate as draws, the mixture likelihood and the log joint, in numpy.
+
+Backend-neutral: both backends' fits are evaluated by the same code (held-out likelihood,
+``to_arviz``) and the tests check the closed form against :func:`log_joint`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import logsumexp
+from scipy.stats import beta, dirichlet
+
+
+def sample_posterior(params, config, family, rng, num_samples):
+    """``num_samples`` copies of the point estimate: ``weights`` (S, K), ``probs`` (S, K, D).
+
+    Both algorithms fit a MAP point (EM, and SVI with Delta guides), so every draw is the same;
+    the arrays are read-only broadcasts, not copies.
+    """
+    S = int(num_samples)
+    w, p = np.asarray(params["weights_map"]), np.asarray(params["probs_map"])
+    return {
+        "weights": np.broadcast_to(w, (S, *w.shape)),
+        "probs": np.broadcast_to(p, (S, *p.shape)),
+    }
+
+
+def component_log_likelihood(probs, x):
+    """(N, K) ``log p(x_n | probs_k) = x @ log(probs).T + (1 - x) @ log(1 - probs).T``."""
+    x = np.asarray(x, dtype=float)
+    return x @ np.log(probs).T + (1.0 - x) @ np.log1p(-probs).T
+
+
+def mixture_log_likelihood(weights, probs, x):
+    """(N,) ``log sum_k weights_k p(x_n | probs_k)``."""
+    return logsumexp(component_log_likelihood(probs, x) + np.log(weights), axis=1)
+
+
+def log_likelihood(samples, data) -> np.ndarray:
+    """(S, N) ``log p(x_n | weights_s, probs_s)`` for each draw ``s``.
+
+    Draws that repeat the first (a point estimate) are evaluated once.
+    """
+    w, p = samples["weights"], samples["probs"]
+    x = data["x"]
+    if x.ndim != 2 or x.shape[1] != p.shape[-1]:
+        raise ValueError(
+            f"expected x with D = {p.shape[-1]} columns (the fitted model's pixels); got shape "
+            f"{x.shape}."
+        )
+    if np.array_equal(np.broadcast_to(w[:1], w.shape), w) and np.array_equal(
+        np.broadcast_to(p[:1], p.shape), p
+    ):
+        return np.repeat(mixture_log_likelihood(w[0], p[0], x)[None], w.shape[0], axis=0)
+    return np.stack([mixture_log_likelihood(w[s], p[s], x) for s in range(w.shape[0])])
+
+
+def log_joint(params, x, config) -> float:
+    """``log p(X, weights, probs)`` with ``z`` summed out, in nats: the objective of EM and of
+    SVI with the ``enum`` guide. ``params`` holds ``weights`` and ``probs`` (or the raw
+    ``weights_map``, ``probs_map``). Uses scipy's densities, independently of the closed form."""
+    w = np.asarray(params.get("weights", params.get("weights_map")))
+    p = np.asarray(params.get("probs", params.get("probs_map")))
+    prior = dirichlet.logpdf(w, np.full(config.K, config.weight_concentration_prior))
+    prior += beta.logpdf(p, config.probs_prior_a, config.probs_prior_b).sum()
+    return float(mixture_log_likelihood(w, p, x).sum() + prior)
