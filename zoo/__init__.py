@@ -45,9 +45,9 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
 
 
 def _register_builtins() -> None:
-    from zoo import bayesian_gmm, bernoulli_mixture, gmm, vae
+    from zoo import bayesian_gmm, bernoulli_mixture, exchangeable, gmm, vae
 
-    for module in (bayesian_gmm, bernoulli_mixture, gmm, vae):
+    for module in (bayesian_gmm, bernoulli_mixture, exchangeable, gmm, vae):
         register(module.SPEC)
 
 
