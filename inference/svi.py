@@ -3,7 +3,9 @@
 The guide name picks how discrete latents are handled: a guide the twin lists in
 ``ENUMERATED_GUIDES`` (``"enum"``) sums them out exactly (``TraceEnum_ELBO``), ``"gumbel"`` samples
 a relaxed one-hot ``z`` whose temperature is annealed geometrically from ``temperature[0]`` to
-``temperature[1]`` over ``num_steps``. Mixture guides start from the same responsibilities as CAVI
+``temperature[1]`` over ``num_steps``. A twin may instead define
+``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then passes that value as
+``temperature`` at each step (the Bayesian attention classifier reads it as its KL weight). Mixture guides start from the same responsibilities as CAVI
 and EM (one closed-form M-step), so runs compare fairly; other models start from their own seeded
 initialisation, or from ``init``, a dict of parameter arrays (e.g. another fit's ``raw_params``).
 
@@ -68,7 +70,7 @@ class SVIAlgorithm:
         problem: Problem,
         *,
         guide: str | None = None,
-        init="kmeans",
+        init=None,
         lr: float = 0.05,
         num_particles: int = 1,
         temperature=(1.0, 0.1),
@@ -94,9 +96,12 @@ class SVIAlgorithm:
         twin = spec.twin(problem.backend.NAME)
         start_values = self._start_values(problem, init)
         data, config = problem.backend_data(), problem.backend_config()
-        schedule = (
-            geometric_schedule(*temperature, num_steps) if guide == "gumbel" else (lambda s: None)
-        )
+        if guide == "gumbel":
+            schedule = geometric_schedule(*temperature, num_steps)
+        elif hasattr(twin, "temperature_schedule"):  # e.g. a KL-weight warm-up the model reads
+            schedule = twin.temperature_schedule(problem.config, num_steps)
+        else:
+            schedule = lambda step: None  # noqa: E731
         batches = None
         model = spec.build_model(problem.backend.NAME, config, start_values)
         guide_fn = twin.make_guide(guide, config, start_values)

@@ -46,8 +46,9 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
 
 def _register_builtins() -> None:
     from zoo import bayesian_gmm, bernoulli_mixture, exchangeable, gmm, vae
+    from zoo.bayesian_attention import classifier as bam_classifier
 
-    for module in (bayesian_gmm, bernoulli_mixture, exchangeable, gmm, vae):
+    for module in (bam_classifier, bayesian_gmm, bernoulli_mixture, exchangeable, gmm, vae):
         register(module.SPEC)
 
 

@@ -1,0 +1,138 @@
+"""What the torch and JAX Bayesian attention modules share: names, the result type, checks.
+
+Nothing here imports torch or JAX. The checks take numpy arrays (the backends convert concrete
+values and skip the checks for values that are being traced).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+ATTENTION_TYPES = ("softmax", "weibull", "lognormal")
+PRIOR_TYPES = ("fixed", "contextual")
+MODES = ("train", "eval")
+
+#: Euler-Mascheroni constant, ``-digamma(1)``.
+EULER_GAMMA = 0.57721566490153286060651209008240243
+
+
+class BamOutput(NamedTuple):
+    """The result of one attention site.
+
+    Attributes
+    ----------
+    output : array, shape (..., Lq, Dv)
+        ``weights @ v``.
+    weights : array, shape (..., Lq, Lk)
+        Normalised attention weights (zero on masked keys, summing to one over keys).
+    kl : array, shape (..., Lq)
+        ``KL(q(S) || p(S))`` summed over the visible keys of each query (zero for
+        ``"softmax"``); ``kl.sum()`` is the KL term of the site.
+    """
+
+    output: Any
+    weights: Any
+    kl: Any
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise a ``ValueError``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"expected {name} to be one of {list(choices)}; got {value!r}.")
+    return value
+
+
+def check_positive(name: str, value: np.ndarray | None, what: str = "") -> None:
+    """Raise a ``ValueError`` unless every entry of ``value`` is finite and positive.
+
+    ``value`` is ``None`` when the backend could not read it (a traced value): nothing is checked.
+    """
+    if value is None:
+        return
+    value = np.asarray(value)
+    if value.size and np.all(np.isfinite(value)) and np.all(value > 0):
+        return
+    what = f" ({what})" if what else ""
+    if value.size == 1:
+        got = f"{value.item()!r}"
+    else:
+        bad = value[~(np.isfinite(value) & (value > 0))]
+        got = f"an array of shape {value.shape} with {bad.size} bad entries, e.g. {bad.flat[0]!r}"
+    raise ValueError(f"expected {name}{what} > 0 and finite; got {got}.")
+
+
+def check_prior_param(name: str, value, shape, visible: np.ndarray | None) -> None:
+    """Check a prior parameter: broadcastable to the logits' ``shape`` and positive on the
+    visible keys (``visible``: bool, ``shape``; None when there is no mask). Values on hidden
+    keys are ignored (a contextual prior is zero there). ``value`` None: not checked."""
+    if value is None:
+        return
+    value = np.asarray(value)
+    if value.size == 1:
+        check_positive(name, value)
+        return
+    try:
+        full = np.broadcast_to(value, tuple(shape))
+    except ValueError:
+        raise ValueError(
+            f"expected {name} broadcastable to the logits' shape {tuple(shape)}; "
+            f"got shape {value.shape}."
+        ) from None
+    check_positive(name, full if visible is None else full[visible], "on the visible keys")
+
+
+def check_mask_rows(mask: np.ndarray | None) -> None:
+    """Raise a ``ValueError`` if ``mask`` (shape (..., Lq, Lk), True = visible) hides every key
+    of some query."""
+    if mask is None:
+        return
+    empty = ~np.any(mask, axis=-1)
+    if np.any(empty):
+        first = tuple(int(i) for i in np.argwhere(empty)[0])
+        raise ValueError(
+            "expected a mask that leaves every query at least one visible key; got "
+            f"{int(empty.sum())} query row(s) whose mask hides every key, the first at index "
+            f"{first} of the (..., Lq) batch."
+        )
+
+
+def check_num_samples(num_samples: Any, mode: str) -> int:
+    """``num_samples``: 0 (posterior-mean weights) or a positive count; at most 1 in training."""
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer):
+        raise ValueError(f"expected num_samples to be an int >= 0; got {num_samples!r}.")
+    if num_samples < 0:
+        raise ValueError(f"expected num_samples >= 0; got {num_samples}.")
+    if mode == "train" and num_samples > 1:
+        raise ValueError(
+            "expected num_samples in (0, 1) in mode='train' (one draw per forward pass); "
+            f"got {num_samples}. Average several draws in mode='eval'."
+        )
+    return int(num_samples)
+
+
+def check_shapes(q_shape, k_shape, v_shape) -> None:
+    """q (..., Lq, D), k (..., Lk, D), v (..., Lk, Dv)."""
+    if len(q_shape) < 2 or len(k_shape) < 2 or len(v_shape) < 2:
+        raise ValueError(
+            "expected q, k, v with at least 2 dimensions (..., L, D); got shapes "
+            f"{tuple(q_shape)}, {tuple(k_shape)}, {tuple(v_shape)}."
+        )
+    if q_shape[-1] != k_shape[-1]:
+        raise ValueError(
+            "expected q and k with the same last dimension; got shapes "
+            f"{tuple(q_shape)} and {tuple(k_shape)}."
+        )
+    if k_shape[-2] != v_shape[-2]:
+        raise ValueError(
+            "expected k and v with the same number of keys (dimension -2); got shapes "
+            f"{tuple(k_shape)} and {tuple(v_shape)}."
+        )
+
+
+def check_noise_shape(noise_shape, expected_shape) -> None:
+    if tuple(noise_shape) != tuple(expected_shape):
+        raise ValueError(
+            f"expected noise of shape {tuple(expected_shape)}; got {tuple(noise_shape)}."
+        )
