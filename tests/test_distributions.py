@@ -318,3 +318,20 @@ def test_wishart_is_reparameterised_in_every_parameter():
     from zoo.distributions import Wishart
 
     assert Wishart(3.0, scale_tril=jnp.eye(2)).has_rsample
+
+
+def test_normal_draws_in_the_dtype_of_its_parameters():
+    """Under JAX's x64 mode NumPyro's Normal draws float64 noise; the zoo's keeps float32."""
+    import numpyro.distributions as ndist
+
+    import inference.backends.numpyro_backend  # noqa: F401  (turns x64 on, as every fit does)
+    from zoo.distributions import Normal
+
+    loc, scale = jnp.zeros(3, jnp.float32), jnp.ones(3, jnp.float32)
+    key = jax.random.PRNGKey(0)
+    assert ndist.Normal(loc, scale).sample(key).dtype == jnp.float64  # why the class exists
+    draw = Normal(loc, scale).sample(key, (4,))
+    assert draw.dtype == jnp.float32 and draw.shape == (4, 3)
+    np.testing.assert_allclose(
+        Normal(loc, scale).log_prob(draw), ndist.Normal(loc, scale).log_prob(draw), rtol=1e-6
+    )

@@ -12,6 +12,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.contrib.module import eqx_module
 
+from zoo.distributions import Normal  # draws in the network's dtype under JAX's x64 mode
+
 ENUMERATED_GUIDES = ()
 _ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "softplus": jax.nn.softplus}
 
@@ -126,6 +128,6 @@ def make_guide(name, config, init=None):
         x = data["x"]
         loc, scale = eqx_module("encoder", _network(Encoder, "encoder", config, init, x))(x)
         with data_plate(x.shape[0], num_data):
-            numpyro.sample("z", dist.Normal(loc, scale).to_event(1))
+            numpyro.sample("z", Normal(loc, scale).to_event(1))
 
     return guide
