@@ -45,8 +45,8 @@ def parse_args(argv=None):
     p.add_argument("--patience", type=int, default=30, help="epochs without a better validation")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--latent-dim", type=int, default=50)
-    p.add_argument("--hidden", type=int, nargs="+", default=[200, 200])
+    p.add_argument("--latent-dim", type=int, default=None, help="default 50 (--quick: 8)")
+    p.add_argument("--hidden", type=int, nargs="+", default=None, help="default 200 200 (64)")
     p.add_argument("--activation", default="tanh", choices=("tanh", "relu", "softplus"))
     p.add_argument("--elbo", default="trace", choices=("trace", "meanfield", "iwae"))
     p.add_argument("--particles", type=int, default=1, help="samples per step (k for iwae)")
@@ -63,7 +63,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         args.epochs, args.patience, args.eval_k = 2, 2, 20
-        args.hidden, args.latent_dim = [64], 8
+    small = args.quick
+    args.latent_dim = args.latent_dim or (8 if small else 50)
+    args.hidden = args.hidden or ([64] if small else [200, 200])
     return args
 
 

@@ -24,3 +24,14 @@ def test_vae_example_quick(tmp_path, data_dir, monkeypatch):
     assert json.loads((tmp_path / "metrics.json").read_text())["test_elbo"] == metrics["test_elbo"]
     assert (tmp_path / "vae_reconstructions_samples.png").is_file()
     assert np.isfinite(metrics["best_valid_elbo"])
+
+
+def test_vae_example_dynamic_protocol_draws_the_latent_space(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    argv = ["--quick", "--protocol", "dynamic", "--latent-dim", "2", "--out", str(tmp_path)]
+    metrics = run_example("vae", [*argv, "--backend", "pyro"])
+    # Scored on its own fixed binarization of the grey test images and on the static test set.
+    assert metrics["test_elbo"] < metrics["test_log_px_k20"] < 0
+    assert metrics["static_test_elbo"] < metrics["static_test_log_px_k20"] < 0
+    assert (tmp_path / "vae_latent_space.png").is_file()
