@@ -33,6 +33,7 @@ from zoo.bayesian_attention.numpyro_distributions import (
     normal_noise,
     uniform_noise,
 )
+from zoo.plates import numpyro_data_plate as data_plate
 
 __all__ = [
     "ENUMERATED_GUIDES",
@@ -313,15 +314,6 @@ def _kl_scale(config, temperature):
     if isinstance(weight, float | int) and weight == 1.0:
         return contextlib.nullcontext()
     return numpyro.handlers.scale(scale=weight)
-
-
-@contextlib.contextmanager
-def data_plate(batch_size: int, num_data: int | None):
-    """The ``data`` plate over a minibatch of ``batch_size`` rows of ``num_data``: log-densities
-    are scaled by ``num_data / batch_size`` (the inference layer has drawn the rows)."""
-    scale = 1.0 if num_data is None else num_data / batch_size
-    with numpyro.plate("data", batch_size), numpyro.handlers.scale(scale=scale):
-        yield
 
 
 # ------------------------------------------------------------------------------ model and guide

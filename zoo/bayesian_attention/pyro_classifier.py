@@ -27,6 +27,7 @@ from zoo.bayesian_attention.torch_bam import (
     weibull_log_weights,
 )
 from zoo.bayesian_attention.torch_distributions import LogScaleWeibull
+from zoo.plates import pyro_data_plate as data_plate
 
 __all__ = [
     "ENUMERATED_GUIDES",
@@ -250,15 +251,6 @@ def _kl_scale(config, temperature):
     if not isinstance(weight, torch.Tensor) and weight == 1.0:
         return contextlib.nullcontext()
     return poutine.scale(scale=weight)
-
-
-@contextlib.contextmanager
-def data_plate(batch_size: int, num_data: int | None):
-    """The ``data`` plate over a minibatch of ``batch_size`` rows of ``num_data``: log-densities
-    are scaled by ``num_data / batch_size`` (the inference layer has drawn the rows)."""
-    scale = 1.0 if num_data is None else num_data / batch_size
-    with pyro.plate("data", batch_size), poutine.scale(scale=scale):
-        yield
 
 
 def _registered(nets, config, init, like):

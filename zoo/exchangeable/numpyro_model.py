@@ -4,8 +4,6 @@ attention is :class:`zoo.attention.jax_attention.MultiHeadAttention`) registered
 
 from __future__ import annotations
 
-import contextlib
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -15,6 +13,7 @@ import numpyro.distributions as dist
 from numpyro.contrib.module import eqx_module
 
 from zoo.attention import jax_attention
+from zoo.plates import numpyro_data_plate as data_plate
 
 #: ``z`` is summed out exactly in the guide (TraceEnum_ELBO), K terms per sequence.
 ENUMERATED_GUIDES = ("attention",)
@@ -85,15 +84,6 @@ def _network(config, init, like):
         )
     leaves = [jnp.asarray(init[n], dtype=like.dtype) for n in names]
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), leaves)
-
-
-@contextlib.contextmanager
-def data_plate(batch_size: int, num_data: int | None):
-    """The ``data`` plate over a minibatch of ``batch_size`` of the ``num_data`` sequences:
-    log-densities are scaled by ``num_data / batch_size`` (the inference layer drew the rows)."""
-    scale = 1.0 if num_data is None else num_data / batch_size
-    with numpyro.plate("data", batch_size), numpyro.handlers.scale(scale=scale):
-        yield
 
 
 def tokens_given_z(loc, scale, length: int, valid=None):

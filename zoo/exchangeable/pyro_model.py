@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro import poutine
 from torch import nn
 
 from zoo.attention import torch_attention
+from zoo.plates import pyro_data_plate as data_plate
 
 #: ``z`` is summed out exactly in the guide (TraceEnum_ELBO), K terms per sequence.
 ENUMERATED_GUIDES = ("attention",)
@@ -70,15 +68,6 @@ def _network(config, init, like):
         )
     net.load_state_dict(state)
     return net
-
-
-@contextlib.contextmanager
-def data_plate(batch_size: int, num_data: int | None):
-    """The ``data`` plate over a minibatch of ``batch_size`` of the ``num_data`` sequences:
-    log-densities are scaled by ``num_data / batch_size`` (the inference layer drew the rows)."""
-    scale = 1.0 if num_data is None else num_data / batch_size
-    with pyro.plate("data", batch_size), poutine.scale(scale=scale):
-        yield
 
 
 def tokens_given_z(loc, scale, length: int, valid=None):

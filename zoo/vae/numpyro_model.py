@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -13,6 +11,7 @@ import numpyro.distributions as dist
 from numpyro.contrib.module import eqx_module
 
 from zoo.distributions import Normal  # draws in the network's dtype under JAX's x64 mode
+from zoo.plates import numpyro_data_plate as data_plate
 
 ENUMERATED_GUIDES = ()
 _ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "softplus": jax.nn.softplus}
@@ -96,15 +95,6 @@ def _network(cls, name, config, init, like):
         )
     leaves = [jnp.asarray(init[n], dtype=like.dtype) for n in names]
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), leaves)
-
-
-@contextlib.contextmanager
-def data_plate(batch_size: int, num_data: int | None):
-    """The ``data`` plate over a minibatch of ``batch_size`` rows of ``num_data``: log-densities
-    are scaled by ``num_data / batch_size`` (the inference layer has drawn the rows)."""
-    scale = 1.0 if num_data is None else num_data / batch_size
-    with numpyro.plate("data", batch_size), numpyro.handlers.scale(scale=scale):
-        yield
 
 
 def make_model(config, init=None):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro import poutine
 from torch import nn
+
+from zoo.plates import pyro_data_plate as data_plate
 
 ENUMERATED_GUIDES = ()
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "softplus": nn.functional.softplus}
@@ -75,15 +74,6 @@ def _network(cls, name, config, init, like):
         )
     net.load_state_dict(state)
     return net
-
-
-@contextlib.contextmanager
-def data_plate(batch_size: int, num_data: int | None):
-    """The ``data`` plate over a minibatch of ``batch_size`` rows of ``num_data``: log-densities
-    are scaled by ``num_data / batch_size`` (the inference layer has drawn the rows)."""
-    scale = 1.0 if num_data is None else num_data / batch_size
-    with pyro.plate("data", batch_size), poutine.scale(scale=scale):
-        yield
 
 
 def make_model(config, init=None):
