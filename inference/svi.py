@@ -5,9 +5,11 @@ The guide name picks how discrete latents are handled: a guide the twin lists in
 a relaxed one-hot ``z`` whose temperature is annealed geometrically from ``temperature[0]`` to
 ``temperature[1]`` over ``num_steps``. A twin may instead define
 ``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then passes that value as
-``temperature`` at each step (the Bayesian attention classifier reads it as its KL weight). Mixture guides start from the same responsibilities as CAVI
-and EM (one closed-form M-step), so runs compare fairly; other models start from their own seeded
-initialisation, or from ``init``, a dict of parameter arrays (e.g. another fit's ``raw_params``).
+``temperature`` at each step (the Bayesian attention classifier reads it as its KL weight).
+
+Mixture guides start from the same responsibilities as CAVI and EM (one closed-form M-step), so
+runs compare fairly; other models start from their own seeded initialisation, or from ``init``, a
+dict of parameter arrays (e.g. another fit's ``raw_params``).
 
 With ``batch_size`` each step sees a minibatch (``inference.minibatch``: every point once per
 epoch) and the model's data plate scales its log-density by ``num_data / batch_size``, so the
