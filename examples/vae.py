@@ -69,26 +69,33 @@ def parse_args(argv=None):
     return args
 
 
-def load(protocol: str, seed: int, quick: bool):
-    """(train, valid, test, test_labels); train holds grey levels under the dynamic protocol."""
-    rng = np.random.default_rng(seed)
+def load(protocol: str, seed: int, quick: bool, with_train: bool = True):
+    """(train, valid, test, test_labels); train holds grey levels under the dynamic protocol.
+
+    Without ``with_train`` (scoring a saved run) train and valid are None and the training
+    images are not read. Each fixed binarization has its own stream from ``seed``.
+    """
+    train = valid = labels = None
     if protocol == "static":
-        train, valid, test = (
-            load_binarized_mnist(s).astype(np.float32) for s in ("train", "valid", "test")
-        )
-        labels = None  # the fixed binarization ships without labels
+        test = load_binarized_mnist("test").astype(np.float32)
+        if with_train:
+            train, valid = (load_binarized_mnist(s).astype(np.float32) for s in ("train", "valid"))
     else:
-        images, _ = load_mnist("train")
         test_images, labels = load_mnist("test")
-        flat = images.reshape(len(images), -1)
-        train = flat[:50_000].astype(np.float32) / 255
-        valid = dynamic_binarize(flat[50_000:], rng).astype(np.float32)
-        test = dynamic_binarize(test_images.reshape(len(test_images), -1), rng).astype(np.float32)
+        flat_test = test_images.reshape(len(test_images), -1)
+        test = dynamic_binarize(flat_test, np.random.default_rng([seed, 2])).astype(np.float32)
+        if with_train:
+            images, _ = load_mnist("train")
+            flat = images.reshape(len(images), -1)
+            train = flat[:50_000].astype(np.float32) / 255
+            valid = dynamic_binarize(flat[50_000:], np.random.default_rng([seed, 1]))
+            valid = valid.astype(np.float32)
     if quick:
         # The binarized test file is not shuffled: take rows from all over it.
         pick = np.random.default_rng(seed + 1)
-        train = train[pick.choice(len(train), 2000, replace=False)]
-        valid = valid[pick.choice(len(valid), 500, replace=False)]
+        if with_train:
+            train = train[pick.choice(len(train), 2000, replace=False)]
+            valid = valid[pick.choice(len(valid), 500, replace=False)]
         rows = pick.choice(len(test), 500, replace=False)
         test, labels = test[rows], (None if labels is None else labels[rows])
     return train, valid, test, labels
@@ -150,16 +157,19 @@ def pictures(res, test, labels, out):
         plt.close(fig)
 
 
-def from_checkpoint(path, train, args):
-    """The best-validated parameters of a checkpoint, as a FitResult (config from ``args``)."""
+def from_checkpoint(path, test, args):
+    """The best-validated parameters of a checkpoint, as a FitResult (config from ``args``); a
+    saved fit (``FitResult.save``) is read as it is."""
     from inference.checkpoint import load as load_checkpoint
 
     header, arrays = load_checkpoint(path)
+    if header.get("kind") == "fit_result":
+        return inference.load(path)
     best = {k[len("best/") :]: v for k, v in arrays.items() if k.startswith("best/")}
     history = {k[len("history/") :]: v for k, v in arrays.items() if k.startswith("history/")}
     spec = zoo.get_model("vae")
     config = spec.prepare(
-        {"x": (train[:2] > 0.5).astype(np.float32)},
+        {"x": test[:2]},
         latent_dim=args.latent_dim,
         hidden=tuple(args.hidden),
         activation=args.activation,
@@ -175,7 +185,7 @@ def from_checkpoint(path, train, args):
         history=history,
         converged=False,
         timing={"per_step": float(np.median(np.diff(history["time"])))},
-        num_data=len(train),
+        num_data=50_000 if not args.quick else 2000,  # the training rows of either protocol
         seed=header["seed"],
         options=header["options"],
         best_step=header["validation"]["best_step"],
@@ -185,11 +195,14 @@ def from_checkpoint(path, train, args):
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    train, valid, test, labels = load(args.protocol, args.seed, args.quick)
-    steps_per_epoch = len(train) // args.batch_size
+    train, valid, test, labels = load(
+        args.protocol, args.seed, args.quick, with_train=not args.evaluate_checkpoint
+    )
     if args.evaluate_checkpoint:
-        res = from_checkpoint(args.checkpoint, train, args)
+        res = from_checkpoint(args.checkpoint, test, args)
+        steps_per_epoch = res.num_data // args.batch_size
     else:
+        steps_per_epoch = len(train) // args.batch_size
         res = fit(args, train, valid, steps_per_epoch)
     metrics = report(args, res, test, labels, steps_per_epoch)
     print(json.dumps(metrics, indent=2))
@@ -234,7 +247,7 @@ def report(args, res, test, labels, steps_per_epoch):
         **evaluate(res, test, args),
     }
     if args.protocol == "dynamic":
-        static_test = load("static", args.seed, args.quick)[2]
+        static_test = load("static", args.seed, args.quick, with_train=False)[2]
         metrics.update(evaluate(res, static_test, args, prefix="static_test"))
     res.save(os.path.join(args.out, "vae_fit.zoo"))
     pictures(res, test, labels, args.out)
