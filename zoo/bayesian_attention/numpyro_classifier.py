@@ -34,6 +34,7 @@ from zoo.bayesian_attention.numpyro_distributions import (
     uniform_noise,
 )
 from zoo.plates import numpyro_data_plate as data_plate
+from zoo.weights import equinox_module
 
 __all__ = [
     "ENUMERATED_GUIDES",
@@ -197,18 +198,9 @@ def network(config, init, like) -> Transformer:
         if isinstance(key, jax.core.Tracer):
             return Transformer(config, like.dtype, key)
         return _host_initialised(config, like.dtype, key)
-    shapes = eqx.filter_eval_shape(Transformer, config, like.dtype, jax.random.PRNGKey(0))
-    paths = jax.tree_util.tree_leaves_with_path(shapes)
-    names = [f"net.{jax.tree_util.keystr(p, simple=True, separator='.')}" for p, _ in paths]
-    expected = {n[4:]: tuple(s.shape) for n, (_, s) in zip(names, paths, strict=True)}
-    got = {k[4:]: tuple(np.shape(v)) for k, v in init.items() if k.startswith("net.")}
-    if expected != got:
-        raise ValueError(
-            f"The net parameters given do not fit this architecture ({config}): "
-            f"expected shapes {expected}; got {got}."
-        )
-    leaves = [jnp.asarray(init[n], dtype=like.dtype) for n in names]
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), leaves)
+    return equinox_module(
+        lambda key: Transformer(config, like.dtype, key), "net", init, like.dtype, config
+    )
 
 
 def _host_initialised(config, dtype, key) -> Transformer:

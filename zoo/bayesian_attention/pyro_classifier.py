@@ -28,6 +28,7 @@ from zoo.bayesian_attention.torch_bam import (
 )
 from zoo.bayesian_attention.torch_distributions import LogScaleWeibull
 from zoo.plates import pyro_data_plate as data_plate
+from zoo.weights import torch_module
 
 __all__ = [
     "ENUMERATED_GUIDES",
@@ -150,18 +151,7 @@ def network(config, init, like) -> Transformer:
     if given; otherwise torch's default initialisation from the current random stream."""
     if not init:
         return Transformer(config).to(device=like.device, dtype=like.dtype)
-    with torch.device("meta"):  # no initialisation to draw: the weights come from init
-        net = Transformer(config)
-    net = net.to_empty(device=like.device).to(dtype=like.dtype)
-    expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-    got = {k[4:]: tuple(np.shape(v)) for k, v in init.items() if k.startswith("net.")}
-    if expected != got:
-        raise ValueError(
-            f"The net parameters given do not fit this architecture ({config}): "
-            f"expected shapes {expected}; got {got}."
-        )
-    net.load_state_dict({k: torch.as_tensor(np.asarray(init["net." + k])) for k in expected})
-    return net
+    return torch_module(lambda: Transformer(config), "net", init, like, config)
 
 
 # ------------------------------------------------------------------------------ distributions

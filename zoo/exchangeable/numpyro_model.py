@@ -7,13 +7,13 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.contrib.module import eqx_module
 
 from zoo.attention import jax_attention
 from zoo.plates import numpyro_data_plate as data_plate
+from zoo.weights import equinox_module
 
 #: ``z`` is summed out exactly in the guide (TraceEnum_ELBO), K terms per sequence.
 ENUMERATED_GUIDES = ("attention",)
@@ -71,19 +71,13 @@ def _network(config, init, like):
                 "Building the attention network needs a random key: use handlers.seed."
             )
         return AttentionPosterior(config, like.dtype, key)
-    shapes = eqx.filter_eval_shape(AttentionPosterior, config, like.dtype, jax.random.PRNGKey(0))
-    paths = jax.tree_util.tree_leaves_with_path(shapes)
-    names = [prefix + jax.tree_util.keystr(p, simple=True, separator=".") for p, _ in paths]
-    expected = {n: tuple(s.shape) for n, (_, s) in zip(names, paths, strict=True)}
-    got = {k: tuple(np.shape(v)) for k, v in init.items() if k.startswith(prefix)}
-    if expected != got:
-        raise ValueError(
-            f"The attention parameters given do not fit this architecture (K={config.K}, "
-            f"D={config.dim}, embed_dim={config.embed_dim}): expected shapes {expected}; "
-            f"got {got}."
-        )
-    leaves = [jnp.asarray(init[n], dtype=like.dtype) for n in names]
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), leaves)
+    return equinox_module(
+        lambda key: AttentionPosterior(config, like.dtype, key),
+        "posterior",
+        init,
+        like.dtype,
+        config,
+    )
 
 
 def tokens_given_z(loc, scale, length: int, valid=None):

@@ -10,6 +10,7 @@ from torch import nn
 
 from zoo.attention import torch_attention
 from zoo.plates import pyro_data_plate as data_plate
+from zoo.weights import torch_module
 
 #: ``z`` is summed out exactly in the guide (TraceEnum_ELBO), K terms per sequence.
 ENUMERATED_GUIDES = ("attention",)
@@ -54,20 +55,7 @@ def _network(config, init, like):
     prefix = "posterior."
     if not init or not any(k.startswith(prefix) for k in init):
         return AttentionPosterior(config).to(device=like.device, dtype=like.dtype)
-    with torch.device("meta"):  # no initialisation to draw: the weights come from init
-        net = AttentionPosterior(config)
-    net = net.to_empty(device=like.device).to(dtype=like.dtype)
-    state = {k[len(prefix) :]: torch.as_tensor(v) for k, v in init.items() if k.startswith(prefix)}
-    expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in state.items()}
-    if expected != got:
-        raise ValueError(
-            f"The attention parameters given do not fit this architecture (K={config.K}, "
-            f"D={config.dim}, embed_dim={config.embed_dim}): expected shapes {expected}; "
-            f"got {got}."
-        )
-    net.load_state_dict(state)
-    return net
+    return torch_module(lambda: AttentionPosterior(config), "posterior", init, like, config)
 
 
 def tokens_given_z(loc, scale, length: int, valid=None):

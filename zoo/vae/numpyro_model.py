@@ -5,13 +5,13 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.contrib.module import eqx_module
 
 from zoo.distributions import Normal  # draws in the network's dtype under JAX's x64 mode
 from zoo.plates import numpyro_data_plate as data_plate
+from zoo.weights import equinox_module
 
 ENUMERATED_GUIDES = ()
 _ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "softplus": jax.nn.softplus}
@@ -83,18 +83,7 @@ def _network(cls, name, config, init, like):
         if key is None:
             raise ValueError(f"Building the {name} needs a random key: run under handlers.seed.")
         return cls(config, like.dtype, key)
-    shapes = eqx.filter_eval_shape(cls, config, like.dtype, jax.random.PRNGKey(0))
-    paths = jax.tree_util.tree_leaves_with_path(shapes)
-    names = [f"{name}.{jax.tree_util.keystr(p, simple=True, separator='.')}" for p, _ in paths]
-    expected = {n: tuple(s.shape) for n, (_, s) in zip(names, paths, strict=True)}
-    got = {k: tuple(np.shape(v)) for k, v in init.items() if k.startswith(name + ".")}
-    if expected != got:
-        raise ValueError(
-            f"The {name} parameters given do not fit this architecture ({config}): "
-            f"expected shapes {expected}; got {got}."
-        )
-    leaves = [jnp.asarray(init[n], dtype=like.dtype) for n in names]
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), leaves)
+    return equinox_module(lambda key: cls(config, like.dtype, key), name, init, like.dtype, config)
 
 
 def make_model(config, init=None):

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from zoo.plates import pyro_data_plate as data_plate
+from zoo.weights import torch_module
 
 ENUMERATED_GUIDES = ()
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "softplus": nn.functional.softplus}
@@ -60,20 +61,7 @@ def _network(cls, name, config, init, like):
     otherwise torch's default initialisation from the current random stream."""
     if not init:
         return cls(config).to(device=like.device, dtype=like.dtype)
-    with torch.device("meta"):  # no initialisation to draw: the weights come from init
-        net = cls(config)
-    net = net.to_empty(device=like.device).to(dtype=like.dtype)
-    prefix = name + "."
-    state = {k[len(prefix) :]: torch.as_tensor(v) for k, v in init.items() if k.startswith(prefix)}
-    expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in state.items()}
-    if expected != got:
-        raise ValueError(
-            f"The {name} parameters given do not fit this architecture ({config}): "
-            f"expected shapes {expected}; got {got}."
-        )
-    net.load_state_dict(state)
-    return net
+    return torch_module(lambda: cls(config), name, init, like, config)
 
 
 def make_model(config, init=None):

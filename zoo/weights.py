@@ -1,0 +1,67 @@
+"""Networks built from a fit's named parameters (``init``, e.g. another fit's ``raw_params``).
+
+Every twin that holds a network names its parameters ``<name>.<path>`` in torch's layout, the
+same in both backends. These two functions build such a network from those arrays, with a clear
+error when their shapes do not fit the architecture (a checkpoint or fit of another
+configuration). Each backend is imported only when its function is called.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _check_shapes(name, description, expected: dict, got: dict) -> None:
+    if expected != got:
+        raise ValueError(
+            f"The {name} parameters given do not fit this architecture ({description}): "
+            f"expected shapes {expected}; got {got}."
+        )
+
+
+def torch_module(build, name: str, init: dict, like, description):
+    """``build()`` (a ``torch.nn.Module``) holding ``init``'s ``<name>.*`` arrays, on the device
+    and in the dtype of the tensor ``like``. Built on the meta device first: no initialisation is
+    drawn, so the caller's random stream is left as it was."""
+    import torch
+
+    with torch.device("meta"):
+        net = build()
+    net = net.to_empty(device=like.device).to(dtype=like.dtype)
+    prefix = name + "."
+    state = {
+        k[len(prefix) :]: torch.as_tensor(np.asarray(v))
+        for k, v in init.items()
+        if k.startswith(prefix)
+    }
+    _check_shapes(
+        name,
+        description,
+        {k: tuple(v.shape) for k, v in net.state_dict().items()},
+        {k: tuple(v.shape) for k, v in state.items()},
+    )
+    net.load_state_dict(state)
+    return net
+
+
+def equinox_module(build, name: str, init: dict, dtype, description):
+    """``build(key)`` (an equinox module) holding ``init``'s ``<name>.*`` arrays in ``dtype``.
+    Only the module's structure is traced (``eqx.filter_eval_shape``); nothing is initialised."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    shapes = eqx.filter_eval_shape(build, jax.random.PRNGKey(0))
+    paths = [
+        jax.tree_util.keystr(p, simple=True, separator=".")
+        for p, _ in jax.tree_util.tree_leaves_with_path(shapes)
+    ]
+    prefix = name + "."
+    _check_shapes(
+        name,
+        description,
+        {p: tuple(s.shape) for p, s in zip(paths, jax.tree_util.tree_leaves(shapes), strict=True)},
+        {k[len(prefix) :]: tuple(np.shape(v)) for k, v in init.items() if k.startswith(prefix)},
+    )
+    leaves = [jnp.asarray(init[prefix + p], dtype=dtype) for p in paths]
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), leaves)
