@@ -102,6 +102,13 @@ def run(
     bar = tqdm(
         total=num_steps, initial=start_step, disable=not progress, desc=header.get("algorithm")
     )
+
+    def save_checkpoint():
+        """The last completed step, when a path is given and a step was taken."""
+        if checkpoint_path is not None and history["step"]:
+            step_header = {**header, "step": history["step"][-1]}
+            _save(checkpoint_path, step_header, alg, state, history, validation)
+
     try:
         for step in range(start_step, num_steps):
             new_state, info = alg.step(state)
@@ -128,10 +135,8 @@ def run(
             stop = validation is not None and validation.after_step(step + 1, state, alg, history)
             if callback is not None:
                 callback(step + 1, state, info)
-            if checkpoint_path is not None and ((step + 1) % checkpoint_every == 0 or stop):
-                _save(
-                    checkpoint_path, {**header, "step": step + 1}, alg, state, history, validation
-                )
+            if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
+                save_checkpoint()
             if stop:
                 break
             if (
@@ -143,25 +148,9 @@ def run(
                 break
             previous = objective
     except KeyboardInterrupt:
-        if checkpoint_path is not None and history["step"]:
-            _save(
-                checkpoint_path,
-                {**header, "step": history["step"][-1]},
-                alg,
-                state,
-                history,
-                validation,
-            )
+        save_checkpoint()
         raise
     finally:
         bar.close()
-    if checkpoint_path is not None and history["step"]:
-        _save(
-            checkpoint_path,
-            {**header, "step": history["step"][-1]},
-            alg,
-            state,
-            history,
-            validation,
-        )
+    save_checkpoint()  # early stops and the last step included
     return state, history, converged
