@@ -31,6 +31,7 @@ import numpy as np
 
 import inference
 from zoo import bernoulli_mixture as bm
+from zoo.bernoulli_mixture.cross_attention import CrossAttentionCompleter
 from zoo.datasets import load_binarized_mnist
 
 SIDE = 28
@@ -40,7 +41,9 @@ UPPER = np.arange(SIDE * SIDE) < SIDE * SIDE // 2  # rows 0..13 observed
 def evaluate(params, x):
     """Per-image scores of one fit on test images ``x`` (N, 784); see the module docstring."""
     lower = ~UPPER
+    t0 = time.perf_counter()
     completion = bm.complete(params, x, UPPER)
+    complete_s = time.perf_counter() - t0
     k_star = np.argmax(completion.weights, axis=-1)
     hard_probs = params["probs"][k_star][:, lower]  # (N, 392): the argmax component's pixels
     x_lower = x[:, lower].astype(float)
@@ -54,7 +57,23 @@ def evaluate(params, x):
         "soft_pixel_error": float((soft_guess != x_lower.astype(bool)).mean()),
         "hard_pixel_error": float((hard_guess != x_lower.astype(bool)).mean()),
         "mean_top_weight": float(completion.weights.max(axis=-1).mean()),
+        "complete_s": round(complete_s, 3),
     }, completion
+
+
+def cross_attention_baseline(x_train, x_test, K, epochs, seed, progress):
+    """Scores of a cross-attention layer of the mixture's size trained on log p(x_lower | x_upper)."""
+    t0 = time.perf_counter()
+    layer = CrossAttentionCompleter(UPPER, K).fit(
+        x_train, epochs=epochs, seed=seed, progress=progress
+    )
+    mean, _ = layer.complete(x_test)
+    x_lower = x_test[:, ~UPPER].astype(bool)
+    return {
+        "xattn_fit_s": round(time.perf_counter() - t0, 2),
+        "xattn_log_p_lower_given_upper_per_image": float(layer.log_prob_missing(x_test).mean()),
+        "xattn_pixel_error": float(((mean > 0.5) != x_lower).mean()),
+    }
 
 
 def subset(x, n, rng):
@@ -64,7 +83,8 @@ def subset(x, n, rng):
     return x[np.sort(rng.choice(len(x), size=n, replace=False))]
 
 
-def plot_completions(x, completion, params, path, num=10):
+def plot_completions(x, completion, params, path, num=10, top=8):
+    """Test digits, their upper half, the soft and hard completions and the attention weights."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,7 +99,9 @@ def plot_completions(x, completion, params, path, num=10):
         ("soft (attention)", mean),
         ("hard (argmax)", hard),
     ]
-    fig, axes = plt.subplots(len(rows), num, figsize=(1.3 * num, 1.4 * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(rows) + 1, num, figsize=(1.3 * num, 1.4 * (len(rows) + 1)), squeeze=False
+    )
     for r, (title, images) in enumerate(rows):
         for c in range(num):
             ax = axes[r, c]
@@ -88,6 +110,14 @@ def plot_completions(x, completion, params, path, num=10):
             ax.set_yticks([])
             if c == 0:
                 ax.set_ylabel(title, fontsize=8)
+    for c in range(num):  # the attention weights p(z | upper half), largest first
+        ax = axes[len(rows), c]
+        ax.bar(np.arange(top), np.sort(weights[c])[::-1][:top], color="tab:blue")
+        ax.set_ylim(0, 1)
+        ax.set_xticks([])
+        ax.tick_params(labelsize=6)
+        if c == 0:
+            ax.set_ylabel(f"top {top} weights", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -96,26 +126,54 @@ def plot_completions(x, completion, params, path, num=10):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--K", type=int, nargs="+", default=[50], help="numbers of components")
-    parser.add_argument("--num-train", type=int, default=None, help="default: all 50,000")
+    parser.add_argument(
+        "--train-on",
+        default="train",
+        choices=["train", "train+valid"],
+        help="the 50,000 training images, or those and the 10,000 validation images",
+    )
+    parser.add_argument("--num-train", type=int, default=None, help="default: all of --train-on")
     parser.add_argument("--num-test", type=int, default=None, help="default: all 10,000")
     parser.add_argument("--steps", type=int, default=500, help="at most this many EM steps")
     parser.add_argument("--tol", type=float, default=1e-6, help="nats per image")
     parser.add_argument("--backend", default="pyro", choices=["pyro", "numpyro"])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--init", default="kmeans", choices=["kmeans", "random"])
+    parser.add_argument("--dtype", default=None, choices=["float32", "float64"])
+    parser.add_argument(
+        "--init", default="random_from_data", choices=["kmeans", "random", "random_from_data"]
+    )
+    parser.add_argument(
+        "--probs-prior",
+        type=float,
+        default=2.0,
+        help="a = b of the Beta prior on every pixel probability (must exceed 1)",
+    )
+    parser.add_argument(
+        "--weight-prior", type=float, default=2.0, help="Dirichlet concentration (must exceed 1)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default=os.path.join("outputs", "mnist_completion"))
-    parser.add_argument("--quick", action="store_true", help="2,000/500 images, K=10, 30 steps")
+    parser.add_argument(
+        "--quick", action="store_true", help="2,000/500 images, K=10, 30 steps, 2 baseline epochs"
+    )
+    parser.add_argument(
+        "--baseline-epochs",
+        type=int,
+        default=0,
+        help="train the cross-attention baseline for this many epochs (0: skip it)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON last")
     args = parser.parse_args(argv)
     if args.quick:
-        args.K, args.steps = [10], 30
+        args.K, args.steps, args.baseline_epochs = [10], 30, args.baseline_epochs or 2
         args.num_train, args.num_test = args.num_train or 2000, args.num_test or 500
 
     rng = np.random.default_rng(args.seed)
     # The test file is sorted by digit: subsets are drawn at random, not taken from the top.
-    x_train = subset(load_binarized_mnist("train", data_dir=args.data_dir), args.num_train, rng)
+    splits = args.train_on.split("+")
+    x_train = np.concatenate([load_binarized_mnist(s, data_dir=args.data_dir) for s in splits])
+    x_train = subset(x_train, args.num_train, rng)
     x_test = subset(load_binarized_mnist("test", data_dir=args.data_dir), args.num_test, rng)
     os.makedirs(args.out, exist_ok=True)
     rows = []
@@ -128,7 +186,11 @@ def main(argv=None):
             backend=args.backend,
             device=args.device,
             K=K,
+            probs_prior_a=args.probs_prior,
+            probs_prior_b=args.probs_prior,
+            weight_concentration_prior=args.weight_prior,
             init=args.init,
+            dtype=args.dtype,
             seed=args.seed,
             num_steps=args.steps,
             tol=args.tol,
@@ -146,6 +208,12 @@ def main(argv=None):
                 **scores,
             }
         )
+        if args.baseline_epochs > 0:
+            rows[-1].update(
+                cross_attention_baseline(
+                    x_train, x_test, K, args.baseline_epochs, args.seed, not args.json
+                )
+            )
         plot_completions(x_test, completion, res.params, os.path.join(args.out, "completions.png"))
 
     keys = list(rows[0])

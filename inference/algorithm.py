@@ -28,9 +28,13 @@ class Problem:
     device: Any
     dtype: str
     seed: int
+    # Data not held in memory (``inference.streaming``): ``data`` is then its first minibatch.
+    source: Any = None
 
     @property
     def num_data(self) -> int:
+        if self.source is not None:
+            return self.source.num_data
         return len(next(iter(self.data.values())))
 
     def backend_data(self) -> dict:

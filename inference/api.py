@@ -9,7 +9,7 @@ import inspect
 
 import numpy as np
 
-from inference import cavi, em, svi
+from inference import cavi, em, streaming, svi, svi_natural
 from inference.algorithm import Problem
 from inference.loop import run
 from inference.minibatch import binarize, check_grey_levels
@@ -17,10 +17,16 @@ from inference.result import FitResult
 from inference.validation import Validation
 from zoo import BACKENDS, get_model
 
-ALGORITHMS = {"cavi": cavi.ALGORITHM, "em": em.ALGORITHM, "svi": svi.ALGORITHM}
-DEFAULT_NUM_STEPS = {"cavi": 500, "em": 500, "svi": 2000}
-DEFAULT_TOL = {"cavi": 1e-6, "em": 1e-6, "svi": None}
+ALGORITHMS = {
+    "cavi": cavi.ALGORITHM,
+    "em": em.ALGORITHM,
+    "svi": svi.ALGORITHM,
+    "svi-natural": svi_natural.ALGORITHM,
+}
+DEFAULT_NUM_STEPS = {"cavi": 500, "em": 500, "svi": 2000, "svi-natural": 1000}
+DEFAULT_TOL = {"cavi": 1e-6, "em": 1e-6, "svi": None, "svi-natural": None}
 SVI_OPTIONS = ("guide", "lr", "num_particles", "temperature", "batch_size", "elbo")
+MINIBATCH_ALGORITHMS = ("svi", "svi-natural")  # the ones that take data not in memory
 
 
 def get_backend(name: str):
@@ -93,6 +99,9 @@ def fit(
     validation_data=None,
     validate_every: int | None = None,
     patience: int | None = None,
+    num_data: int | None = None,
+    step_size=(1.0, 0.7),
+    data_parallel: bool = False,
     **model_options,
 ) -> FitResult:
     """Fit ``model`` to ``data`` with ``algorithm`` on ``backend``; returns a :class:`FitResult`.
@@ -101,9 +110,12 @@ def fit(
     ----------
     model : str or ModelSpec
         A registered model name (``zoo.list_models()``) or a spec.
-    data : dict of str to array-like
+    data : dict of str to array-like, or an iterable of minibatches
         The model's data keys, e.g. ``{"x": X}`` with ``X`` of shape (n_samples, n_features).
-    algorithm : {"cavi", "em", "svi"}
+        Data larger than memory (``svi``, ``svi-natural``): memory-mapped arrays
+        (``np.load(path, mmap_mode="r")``) with ``batch_size``, or an iterable of minibatches
+        (dicts, or arrays for one-key models) with ``num_data``; see ``inference.streaming``.
+    algorithm : {"cavi", "em", "svi", "svi-natural"}
     backend : {"pyro", "numpyro"}
     guide : str, optional
         SVI guide (``spec.guides``; the first is the default).
@@ -114,7 +126,7 @@ def fit(
     num_steps, tol :
         At most ``num_steps`` steps; stop early when the objective per data point changes by less
         than ``tol`` nats (default 1e-6 for closed-form updates, off for SVI).
-    init : {"kmeans", "random"}, array of shape (n_samples, K), or dict of arrays, optional
+    init : {"kmeans", "random", "random_from_data"}, array of shape (n_samples, K), or dict of arrays, optional
         For mixtures, the initial responsibilities every algorithm starts from (default
         ``"kmeans"``). For SVI, a dict of parameter arrays (e.g. another fit's ``raw_params``,
         from either backend) starts from those values; None uses the model's own seeded
@@ -138,6 +150,15 @@ def fit(
     checkpoint, checkpoint_every, resume :
         Write an atomic checkpoint to ``checkpoint`` every ``checkpoint_every`` steps; with
         ``resume=True`` continue from it to the same result as an uninterrupted run.
+    num_data : int, optional
+        With a stream of minibatches: the size of the full data set (scales the data plate).
+    step_size : (tau, kappa)
+        ``svi-natural``: the Robbins-Monro step ``rho_t = (t + tau) ** -kappa`` (default
+        ``(1.0, 0.7)``); ``batch_size`` is its minibatch (default: the whole data).
+    data_parallel : bool
+        ``svi``: split each step's data over devices (NumPyro: every ``jax.devices()``; Pyro: the
+        processes of a ``torch.distributed`` group, e.g. under ``torchrun``). See
+        ``docs/scaling.md``.
     **model_options :
         The model's own options (for ``bayesian_gmm``: ``K``, ``weight_prior``, priors).
     """
@@ -161,7 +182,34 @@ def fit(
         raise ValueError(
             f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every}."
         )
-    data = spec.validate_data(data)
+    source = kept = None
+    out_of_core = streaming.is_out_of_core(data)
+    if out_of_core and algorithm not in MINIBATCH_ALGORITHMS:
+        raise ValueError(
+            "Data not held in memory (memory-mapped arrays or a stream of minibatches) need a "
+            f"minibatch algorithm, one of {list(MINIBATCH_ALGORITHMS)}; got {algorithm!r}."
+        )
+    if num_data is not None and not out_of_core:
+        raise ValueError("num_data= is for streams of minibatches; these data are in memory.")
+    if not out_of_core:
+        data = spec.validate_data(data)
+    if out_of_core or algorithm == "svi-natural":
+        if algorithm == "svi" and not spec.minibatch:
+            raise ValueError(
+                f"Model {spec.name!r} does not support minibatches; it cannot be fitted by SVI on "
+                "data not held in memory."
+            )
+        source = streaming.make_source(
+            spec,
+            data,
+            batch_size=batch_size,
+            num_data=num_data,
+            seed=int(seed),
+            num_steps=int(num_steps),
+        )
+        if out_of_core:
+            kept = data if isinstance(data, dict) else None  # what the result refers to
+            data = source.init_sample()
     grey = None
     if dynamic_binarization:
         if algorithm != "svi":
@@ -179,9 +227,23 @@ def fit(
         device=back.resolve_device(device),
         dtype=dtype or spec.dtype or alg.default_dtype,
         seed=int(seed),
+        source=source if out_of_core else None,
     )
     options = {"init": init if init is None or isinstance(init, str) else "array"}
-    if algorithm == "svi":
+    if data_parallel:
+        options["data_parallel"] = True
+    if algorithm == "svi-natural":
+        for name, value in (("guide", guide), ("data_parallel", data_parallel)):
+            if value:
+                raise ValueError(
+                    f"{name}= is an SVI option; algorithm 'svi-natural' does not take it."
+                )
+        tau, kappa = svi_natural.check_step_size(step_size)
+        options.update(batch_size=source.batch_size, step_size=[tau, kappa])
+        state = alg.init(
+            problem, source=source, init="kmeans" if init is None else init, step_size=(tau, kappa)
+        )
+    elif algorithm == "svi":
         guide = guide or spec.guides[0]
         svi_options = dict(
             lr=lr,
@@ -197,7 +259,14 @@ def fit(
             dynamic_binarization=bool(dynamic_binarization),
         )
         state = alg.init(
-            problem, guide=guide, init=init, num_steps=int(num_steps), grey=grey, **svi_options
+            problem,
+            guide=guide,
+            init=init,
+            num_steps=int(num_steps),
+            grey=grey,
+            source=problem.source,
+            data_parallel=bool(data_parallel),
+            **svi_options,
         )
     else:
         for name, value, default in (("guide", guide, None), ("batch_size", batch_size, None)):
@@ -205,15 +274,26 @@ def fit(
                 raise ValueError(
                     f"{name}= is an SVI option; algorithm {algorithm!r} does not take it."
                 )
+        if data_parallel:
+            raise ValueError(
+                f"data_parallel= is an SVI option; algorithm {algorithm!r} does not take it."
+            )
         state = alg.init(problem, init="kmeans" if init is None else init)
     options["dtype"] = problem.dtype
+    # A data-parallel Pyro group: the first process writes checkpoints and shows progress.
+    lead = getattr(state, "shard", None) is None or state.shard[0] == 0
+    progress = progress and lead
+    if out_of_core:
+        data_fingerprint = streaming.fingerprint(source)
+    else:
+        data_fingerprint = _fingerprint(data if grey is None else {**data, "x": grey})
     header = {
         "model": spec.name,
         "algorithm": algorithm,
         "backend": backend,
         "guide": guide,
         "seed": int(seed),
-        "data_fingerprint": _fingerprint(data if grey is None else {**data, "x": grey}),
+        "data_fingerprint": data_fingerprint,
         "config_fingerprint": _fingerprint(_config_arrays(config)),
         "options": options,
     }
@@ -237,7 +317,7 @@ def fit(
             num_data=problem.num_data,
             seed=int(seed),
             options=options,
-            data=data,
+            data=kept if out_of_core else data,
             best_step=validation.best_step if best else None,
         )
 
@@ -268,6 +348,7 @@ def fit(
         callback=callback,
         make_result=make_result,
         validation=validation,
+        write_checkpoints=lead,
     )
     return make_result(state, history, converged)
 

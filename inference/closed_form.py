@@ -1,10 +1,12 @@
 """Closed-form coordinate updates (CAVI, EM): one driver for every model that supplies them.
 
-A model's closed-form module provides ``init_cache(x, config, xp)`` (what every iteration reuses,
-computed once from the data), ``init_state(resp, cache, config, xp)``,
-``update(state, cache, config, xp) -> (state, objective)`` and ``raw_params(state, cache, xp)``,
-written against the array namespace ``xp`` of ``inference.backends.ops``. The JAX update is
-jit-compiled.
+A mixture's closed-form module (``spec.closed_form``) provides ``init_cache(x, config, xp)``
+(what every iteration reuses, computed once from the data), ``init_state(resp, cache, config,
+xp)``, ``update(state, cache, config, xp) -> (state, objective)`` and ``raw_params(state, cache,
+xp)``, written against the array namespace ``xp`` of ``inference.backends.ops``; it starts from
+initial responsibilities that SVI shares. Any other model's module (``spec.conjugate_updates``)
+has the same functions but ``init_cache(data, config, xp)`` takes the whole data dict and
+``init_state(cache, config, xp)`` no responsibilities. The JAX update is jit-compiled.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ class ClosedFormAlgorithm:
         self.name, self.objective = name, objective
 
     def supports(self, spec, backend: str) -> bool:
-        return self.name in spec.algorithms and spec.closed_form is not None
+        has_updates = spec.closed_form is not None or spec.conjugate_updates is not None
+        return self.name in spec.algorithms and has_updates and backend in spec.backends
 
     def init(self, problem: Problem, *, init="kmeans", **options) -> ClosedFormState:
         if options:
@@ -45,6 +48,19 @@ class ClosedFormAlgorithm:
         module = problem.spec.closed_form_module()
         ops = problem.backend.ops
         config = problem.backend_config()
+        if problem.spec.closed_form is None:
+            # conjugate_updates: the model starts from the data alone. fit() passes "kmeans" when
+            # the caller gave no init, so that is the one value accepted.
+            if not (isinstance(init, str) and init == "kmeans"):
+                raise ValueError(
+                    f"init is for mixtures' initial responsibilities; the closed-form updates of "
+                    f"{problem.spec.name!r} start from the model's own starting point. Leave "
+                    f"init=None; got {init!r}."
+                )
+            cache = module.init_cache(problem.backend_data(), config, ops)
+            inner = module.init_state(cache, config, ops)
+            update = problem.backend.compile_step(lambda s, c: module.update(s, c, config, ops))
+            return ClosedFormState(problem=problem, inner=inner, cache=cache, update=update)
         x = problem.data["x"]
         resp = initial_responsibilities(x, problem.config.K, init, problem.seed)
         as_backend = problem.backend.asarray
@@ -66,19 +82,31 @@ class ClosedFormAlgorithm:
         return {k: state.problem.backend.to_numpy(v) for k, v in raw.items()}
 
     def state_dict(self, state: ClosedFormState):
-        arrays: dict = {}
-        to_numpy = state.problem.backend.to_numpy
-        skeleton = {"inner": tree_codec.encode(state.inner, to_numpy, arrays, "inner")}
-        return {**skeleton, "step": state.step}, arrays
+        return encode_inner(state.problem, state.inner, state.step)
 
     def load_state_dict(self, state: ClosedFormState, skeleton, arrays) -> ClosedFormState:
-        p = state.problem
-        inner = tree_codec.decode(
-            skeleton["inner"],
-            arrays,
-            lambda a: p.backend.asarray(a, p.device, str(a.dtype)) if a.dtype.kind == "f" else a,
+        inner = decode_inner(state.problem, skeleton, arrays)
+        return ClosedFormState(
+            state.problem, inner, state.cache, state.update, int(skeleton["step"])
         )
-        return ClosedFormState(p, inner, state.cache, state.update, int(skeleton["step"]))
+
+
+def encode_inner(problem: Problem, inner: dict, step: int):
+    """``(skeleton, arrays)`` of a closed-form state's arrays ``inner`` for a checkpoint."""
+    arrays: dict = {}
+    encoded = tree_codec.encode(inner, problem.backend.to_numpy, arrays, "inner")
+    return {"inner": encoded, "step": step}, arrays
+
+
+def decode_inner(problem: Problem, skeleton, arrays) -> dict:
+    """The arrays of :func:`encode_inner` back on the problem's backend and device."""
+
+    def restore(a):
+        return (
+            problem.backend.asarray(a, problem.device, str(a.dtype)) if a.dtype.kind == "f" else a
+        )
+
+    return tree_codec.decode(skeleton["inner"], arrays, restore)
 
 
 def start_values(spec, x, resp, config, backend, device) -> dict[str, np.ndarray]:

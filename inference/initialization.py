@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-INIT_METHODS = ("kmeans", "random")
+INIT_METHODS = ("kmeans", "random", "random_from_data")
 
 
 def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarray:
-    """(N, K) responsibilities from ``init``: an array, ``"kmeans"`` or ``"random"``."""
+    """(N, K) responsibilities from ``init``: an array or one of ``INIT_METHODS``.
+
+    * ``"kmeans"``: hard assignments of scipy's k-means (k-means++ seeding, 10 Lloyd steps);
+    * ``"random"``: responsibilities drawn uniformly and normalised (near-symmetric components
+      that EM must pull apart);
+    * ``"random_from_data"``: K distinct data points drawn as centres, each point assigned to the
+      nearest (scikit-learn's GaussianMixture option of that name; one matrix product, so it
+      stays cheap where k-means on large N and K does not).
+    """
     n = x.shape[0]
     if isinstance(init, str):
         if init not in INIT_METHODS:
@@ -19,6 +27,8 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
         if init == "random":
             resp = rng.uniform(size=(n, K))
             return resp / resp.sum(axis=1, keepdims=True)
+        if init == "random_from_data":
+            return np.eye(K)[_nearest(x, x[rng.choice(n, size=K, replace=False)])]
         from scipy.cluster.vq import kmeans2
 
         _, labels = kmeans2(x, K, seed=rng, minit="++")
@@ -37,3 +47,16 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
             f"row sums range over [{sums.min():.6g}, {sums.max():.6g}]."
         )
     return resp
+
+
+def _nearest(x: np.ndarray, centres: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """Index of the nearest centre (squared Euclidean) of every row, in chunks of rows."""
+    centres = centres.astype(float)
+    half_sq_norms = 0.5 * (centres**2).sum(axis=1)
+    # argmin_k |x - c_k|^2 = argmax_k (x . c_k - |c_k|^2 / 2): one product per chunk
+    return np.concatenate(
+        [
+            np.argmax(x[i : i + chunk] @ centres.T - half_sq_norms, axis=1)
+            for i in range(0, len(x), chunk)
+        ]
+    )

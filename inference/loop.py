@@ -10,6 +10,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference import checkpoint
+from inference.streaming import DataError
 
 RUNNING_MEAN_STEPS = 100
 
@@ -80,16 +81,21 @@ def run(
     callback=None,
     make_result=None,
     validation=None,
+    write_checkpoints: bool = True,
 ):
     """Step ``alg`` from ``state`` until ``num_steps``, until the objective per data point
     changes by less than ``tol``, or until ``validation`` (``inference.validation``) stops early.
     Returns ``(state, history, converged)``.
 
-    ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt the last
-    completed step is checkpointed (when a path is given) before the exception propagates.
+    ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt, a bad
+    minibatch (``inference.streaming.DataError``) or a failed step (``OSError``,
+    ``RuntimeError``: e.g. a lost ``torch.distributed`` peer) the last completed step is
+    checkpointed (when a path is given) before the exception propagates. With
+    ``write_checkpoints=False`` (the other processes of a data-parallel group) the checkpoint is
+    read on resume but never written.
     """
     header = dict(header or {})
-    stochastic = header.get("algorithm") == "svi"
+    stochastic = header.get("algorithm") in ("svi", "svi-natural")
     history = {"step": [], "objective": [], "time": []}
     start_step = 0
     if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
@@ -105,7 +111,7 @@ def run(
 
     def save_checkpoint():
         """The last completed step, when a path is given and a step was taken."""
-        if checkpoint_path is not None and history["step"]:
+        if checkpoint_path is not None and write_checkpoints and history["step"]:
             step_header = {**header, "step": history["step"][-1]}
             _save(checkpoint_path, step_header, alg, state, history, validation)
 
@@ -147,7 +153,9 @@ def run(
                 converged = True
                 break
             previous = objective
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, DataError, OSError, RuntimeError):
+        # An interrupt, a bad minibatch or a stream that ended, a lost worker: the last completed
+        # step is saved, and resume=True continues from it.
         save_checkpoint()
         raise
     finally:

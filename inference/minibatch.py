@@ -41,6 +41,45 @@ class EpochBatches:
         return self._order[start : start + self.batch_size]
 
 
+class PermutedBatches(EpochBatches):
+    """``EpochBatches`` whose epoch order is a keyed pseudo-random permutation computed row by row
+    (a 4-round Feistel network on ``[0, 4^h)`` with cycle walking into ``[0, num_data)``), so it
+    takes no memory that grows with ``num_data``: for data larger than memory. Every point once
+    per epoch, the order fixed by ``(seed, epoch)``; not the order ``EpochBatches`` draws."""
+
+    ROUNDS = 4
+
+    def indices(self, step: int) -> np.ndarray:
+        epoch, offset = divmod(int(step), self.steps_per_epoch)
+        if epoch != self._epoch:
+            rng = np.random.default_rng([self.seed, epoch, 1])
+            self._epoch, self._order = epoch, rng.integers(2**63, size=self.ROUNDS, dtype=np.uint64)
+        start = offset * self.batch_size
+        position = np.arange(start, start + self.batch_size, dtype=np.uint64)
+        return self._permute(position).astype(np.int64)
+
+    def _permute(self, values: np.ndarray) -> np.ndarray:
+        half = max(1, (int(self.num_data - 1).bit_length() + 1) // 2)
+        mask = np.uint64((1 << half) - 1)
+        shift = np.uint64(half)
+
+        def encrypt(v):
+            left, right = v >> shift, v & mask
+            for key in self._order:
+                z = (right + key) * np.uint64(0x9E3779B97F4A7C15)  # splitmix64's mixer
+                z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+                z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+                left, right = right, left ^ ((z ^ (z >> np.uint64(31))) & mask)
+            return (left << shift) | right
+
+        out = encrypt(values)
+        outside = out >= self.num_data
+        while outside.any():  # cycle walking: fewer than 4 rounds on average
+            out[outside] = encrypt(out[outside])
+            outside = out >= self.num_data
+        return out
+
+
 def check_grey_levels(x: np.ndarray) -> np.ndarray:
     """Grey levels in [0, 1], the input of dynamic binarization."""
     x = np.asarray(x)

@@ -77,7 +77,9 @@ class FitResult:
 
     @property
     def guide_family(self) -> str:
-        return "cavi" if self.algorithm == "cavi" else (self.guide or self.algorithm)
+        if self.algorithm in ("cavi", "svi-natural"):  # the free-form (CAVI) family
+            return "cavi"
+        return self.guide or self.algorithm
 
     def pointwise_log_likelihood(self, data, num_samples=1000, seed=0) -> np.ndarray:
         """(num_samples, N) log p(x_n | theta_s) with theta_s drawn from the fitted posterior."""

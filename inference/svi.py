@@ -13,7 +13,12 @@ dict of parameter arrays (e.g. another fit's ``raw_params``).
 
 With ``batch_size`` each step sees a minibatch (``inference.minibatch``: every point once per
 epoch) and the model's data plate scales its log-density by ``num_data / batch_size``, so the
-objective is an unbiased estimate of the full-data ELBO.
+objective is an unbiased estimate of the full-data ELBO. Data not held in memory come from a
+``source`` (``inference.streaming``) one minibatch per step, sent to the device as it comes.
+
+``data_parallel=True`` splits each step's rows over devices: NumPyro shards them over
+``jax.devices()``; Pyro gives each process of a ``torch.distributed`` group (``torchrun``) its
+share and averages the gradients (``docs/scaling.md``).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ class SVIState:
     batches: EpochBatches | None = None
     grey: np.ndarray | None = None  # with dynamic binarization: the grey levels of data["x"]
     data_epoch: int = 0  # the epoch whose binarization the engine holds
+    source: Any = None  # data not held in memory: one minibatch per step
+    shard: tuple[int, int] | None = None  # Pyro data-parallel: (rank, world size)
     step: int = 0
 
 
@@ -80,6 +87,8 @@ class SVIAlgorithm:
         batch_size: int | None = None,
         elbo: str = "trace",
         grey: np.ndarray | None = None,
+        source=None,
+        data_parallel: bool = False,
     ) -> SVIState:
         spec = problem.spec
         guide = guide or spec.guides[0]
@@ -104,18 +113,33 @@ class SVIAlgorithm:
             schedule = twin.temperature_schedule(problem.config, num_steps)
         else:
             schedule = lambda step: None  # noqa: E731
-        batches = None
+        batches = shard = None
         model = spec.build_model(problem.backend.NAME, config, start_values)
         guide_fn = twin.make_guide(guide, config, start_values)
-        if batch_size is not None:
+        if data_parallel and problem.backend.NAME == "pyro":
+            shard = problem.backend.init_data_parallel()
+        if batch_size is not None or source is not None or shard is not None:
             if not spec.minibatch:
                 raise ValueError(
-                    f"Model {spec.name!r} does not support minibatches (batch_size=); "
-                    "fit it on the full data."
+                    f"Model {spec.name!r} does not support minibatches (batch_size=, data not in "
+                    "memory, or data_parallel on Pyro); fit it on the full data."
                 )
-            batches = EpochBatches(problem.num_data, batch_size, problem.seed)
+            if source is None and batch_size is not None:
+                batches = EpochBatches(problem.num_data, batch_size, problem.seed)
             model = functools.partial(model, num_data=problem.num_data)
             guide_fn = functools.partial(guide_fn, num_data=problem.num_data)
+        batch_rows = batches.batch_size if batches is not None else None
+        if shard is not None:
+            rank, world = shard
+            rows = batch_rows or (None if source is not None else problem.num_data)
+            if rows is not None and rows % world:
+                raise ValueError(
+                    f"data_parallel=True splits the rows of each step over the {world} processes "
+                    f"of the torch.distributed group; {rows} rows do not split evenly. Use a "
+                    f"batch_size (or data size) that is a multiple of {world}."
+                )
+            if batches is None and source is None:  # full batch: each process keeps its share
+                data = {k: v[self._share(problem.num_data, shard)] for k, v in data.items()}
         engine = problem.backend.SVIEngine(
             model,
             guide_fn,
@@ -127,6 +151,8 @@ class SVIAlgorithm:
             seed=problem.seed,
             device=problem.device,
             init_temperature=schedule(0),
+            data_parallel=bool(data_parallel),
+            batch_rows=batch_rows,
         )
         return SVIState(
             problem=problem,
@@ -135,7 +161,16 @@ class SVIAlgorithm:
             schedule=schedule,
             batches=batches,
             grey=grey,
+            source=source,
+            shard=shard,
         )
+
+    @staticmethod
+    def _share(num_rows: int, shard):
+        """The slice of a step's rows that process ``rank`` of ``world`` works on."""
+        rank, world = shard
+        size = num_rows // world
+        return slice(rank * size, (rank + 1) * size)
 
     def _start_values(self, problem, init) -> dict[str, np.ndarray] | None:
         """Starting parameters: ``init`` itself when it is a dict of arrays; for models with
@@ -160,8 +195,25 @@ class SVIAlgorithm:
     def step(self, state: SVIState):
         if state.grey is not None:
             self._refresh_binarization(state)
-        rows = None if state.batches is None else state.batches.indices(state.step)
-        elbo = state.engine.step(state.schedule(state.step), rows)
+        rows = batch = None
+        if state.source is not None:
+            p = state.problem
+            batch = state.source.batch(state.step)
+            if state.shard is not None:
+                rows = len(next(iter(batch.values())))
+                if rows % state.shard[1]:
+                    raise ValueError(
+                        f"The minibatch of step {state.step + 1} has {rows} rows, which do not "
+                        f"split over the {state.shard[1]} processes of the group."
+                    )
+                batch = {k: v[self._share(rows, state.shard)] for k, v in batch.items()}
+            batch = {k: p.backend.asarray(v, p.device, p.dtype) for k, v in batch.items()}
+            rows = None
+        elif state.batches is not None:
+            rows = state.batches.indices(state.step)
+            if state.shard is not None:
+                rows = rows[self._share(len(rows), state.shard)]
+        elbo = state.engine.step(state.schedule(state.step), rows, batch=batch)
         state.step += 1
         return state, Info(objective=elbo)
 

@@ -2,7 +2,6 @@
 posterior predictive as attention against the exact Bayes formula."""
 
 import json
-import os
 import runpy
 from pathlib import Path
 
@@ -324,20 +323,95 @@ def test_multi_head_parameters_run_in_the_torch_module():
 # ---------------------------------------------------------------------------------------------
 # The MNIST example, quick mode, on the real data
 
-DATA_DIR = os.environ.get("ZOO_DATA_DIR")
 
-
-@pytest.mark.skipif(
-    not DATA_DIR or not (Path(DATA_DIR) / "binarized_mnist").is_dir(),
-    reason="set ZOO_DATA_DIR to a folder with binarized_mnist/ to run the MNIST example",
-)
-def test_mnist_completion_example_quick(tmp_path, capsys, monkeypatch):
+def test_mnist_completion_example_quick(tmp_path, capsys, monkeypatch, data_dir):
     monkeypatch.setenv("ZOO_OFFLINE", "1")
     script = Path(__file__).resolve().parents[1] / "examples" / "mnist_completion.py"
     example = runpy.run_path(str(script), run_name="mnist_completion")  # in-process: no re-imports
-    example["main"](["--quick", "--out", str(tmp_path), "--json"])
+    example["main"](["--quick", "--data-dir", str(data_dir), "--out", str(tmp_path), "--json"])
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][0]
     assert np.isfinite(report["test_log_lik_per_image"]) and report["test_log_lik_per_image"] < 0
     assert report["log_p_lower_given_upper_per_image"] > report["test_log_lik_per_image"]
     assert report["hard_log_p_lower_per_image"] < report["log_p_lower_given_upper_per_image"]
     assert (tmp_path / "completions.png").is_file()
+    # the trained cross-attention baseline is scored on the same objective
+    assert report["xattn_log_p_lower_given_upper_per_image"] < 0
+    assert 0 <= report["xattn_pixel_error"] <= 1
+    assert report["complete_s"] >= 0
+
+
+def _tied_layer(params, mask):
+    """A CrossAttentionCompleter holding a mixture's keys, bias and values (untrained)."""
+    import torch
+
+    from zoo.bernoulli_mixture.cross_attention import CrossAttentionCompleter
+
+    w, p = params["weights"], params["probs"]
+    layer = CrossAttentionCompleter(mask, len(w))
+    keys = np.concatenate([np.log(p[:, mask]), np.log1p(-p[:, mask])], axis=1)
+    values = np.log(p[:, ~mask]) - np.log1p(-p[:, ~mask])
+    layer.params = {
+        name: torch.tensor(v, dtype=torch.float32)
+        for name, v in {"keys": keys, "bias": np.log(w), "value_logits": values}.items()
+    }
+    return layer
+
+
+def test_cross_attention_layer_with_tied_weights_is_the_mixture():
+    rng = np.random.default_rng(5)
+    params, x, _ = _random_problem(rng, n=40)
+    mask = np.arange(12) < 7
+    layer = _tied_layer(params, mask)
+    np.testing.assert_allclose(
+        layer.log_prob_missing(x), bm.log_prob_missing(params, x, mask), rtol=1e-5, atol=1e-5
+    )
+    mean, weights = layer.complete(x)
+    reference = bm.complete(params, x, mask)
+    np.testing.assert_allclose(mean, reference.mean[:, ~mask], atol=1e-5)
+    np.testing.assert_allclose(weights, reference.weights, atol=1e-5)
+
+
+def test_cross_attention_training_improves_its_objective_and_checks_inputs():
+    from zoo.bernoulli_mixture.cross_attention import CrossAttentionCompleter
+
+    x = bm.make_data(np.random.default_rng(6), 600)["x"]
+    mask = np.arange(16) < 8
+    layer = CrossAttentionCompleter(mask, 3).fit(x, epochs=15, batch_size=100, lr=0.05)
+    assert layer.history[-1] > layer.history[0] + 0.5
+    again = CrossAttentionCompleter(mask, 3).fit(x, epochs=15, batch_size=100, lr=0.05)
+    np.testing.assert_array_equal(layer.log_prob_missing(x), again.log_prob_missing(x))
+    with pytest.raises(RuntimeError, match="fit"):
+        CrossAttentionCompleter(mask, 3).log_prob_missing(x)
+    with pytest.raises(ValueError, match="binary"):
+        CrossAttentionCompleter(mask, 3).fit(x * 2.0)
+    with pytest.raises(ValueError, match="shape"):
+        CrossAttentionCompleter(mask, 3).fit(x[:, :5])
+    with pytest.raises(ValueError, match="observed_mask"):
+        CrossAttentionCompleter(np.ones(16, bool), 3)
+    with pytest.raises(ValueError, match="K"):
+        CrossAttentionCompleter(mask, 0)
+
+
+def test_random_from_data_init_assigns_each_point_to_its_nearest_drawn_centre():
+    from inference.initialization import initial_responsibilities
+
+    x = bm.make_data(np.random.default_rng(7), 200)["x"].astype(float)
+    resp = initial_responsibilities(x, 4, "random_from_data", seed=3)
+    assert resp.shape == (200, 4) and set(np.unique(resp)) == {0.0, 1.0}
+    np.testing.assert_array_equal(resp.sum(1), 1.0)
+    np.testing.assert_array_equal(resp, initial_responsibilities(x, 4, "random_from_data", 3))
+    centres = x[np.random.default_rng(3).choice(200, size=4, replace=False)]
+    distances = ((x[:, None, :] - centres[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(
+        distances[np.arange(200), resp.argmax(1)], distances.min(1)
+    )  # ties may pick another centre at the same distance
+    res = inference.fit(
+        "bernoulli_mixture",
+        {"x": x},
+        algorithm="em",
+        backend="pyro",
+        K=3,
+        init="random_from_data",
+        progress=False,
+    )
+    assert res.converged

@@ -1,12 +1,19 @@
-"""Every registered model meets the zoo's contract (zoo.testing), on every algorithm it supports."""
+"""Every registered model meets the zoo's contract (zoo.testing), on every algorithm it supports.
+
+These are the checks ``zoo.testing.check_model(spec)`` runs and reports on one model.
+"""
 
 import pytest
 
-import inference
 import zoo
 from zoo import testing
 
 MODELS = zoo.list_models()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_registration_checks(name):
+    testing.check_registration(zoo.get_model(name))
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -16,13 +23,7 @@ def test_twins_trace_with_same_sites_and_log_joint(name):
 
 @pytest.mark.parametrize(
     "name,algorithm,backend",
-    [
-        (m, a, b)
-        for m in MODELS
-        for a in inference.ALGORITHMS
-        for b in ("pyro", "numpyro")
-        if inference.ALGORITHMS[a].supports(zoo.get_model(m), b)
-    ],
+    [(m, a, b) for m in MODELS for a, b in testing.supported_runs(zoo.get_model(m, check=False))],
 )
 def test_objective_improves_and_to_arviz(name, algorithm, backend):
     testing.check_algorithm_improves(zoo.get_model(name), algorithm, backend)

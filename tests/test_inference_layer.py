@@ -170,7 +170,7 @@ def test_nan_guard_keeps_last_good_params(gmm_data, monkeypatch):
         (None, {"backend": "tf"}, "valid backends are"),
         (None, {"algorithm": "svi", "guide": "nope"}, "valid guides are"),
         (None, {"device": "cuda:7"}, "not available"),
-        (None, {"algorithm": "em"}, "supports \\['cavi', 'svi'\\]"),
+        (None, {"algorithm": "em"}, "supports \\['cavi', 'svi', 'svi-natural'\\]"),
         (None, {"weight_prior": "pitman_yor"}, "weight_prior must be one of"),
         (None, {"init": np.ones((3, 3))}, "shape \\(N, K\\)"),
         (None, {"num_steps": 0}, "num_steps must be"),

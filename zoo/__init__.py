@@ -2,46 +2,193 @@
 
 The registry maps names to :class:`~zoo.spec.ModelSpec`. Models know nothing of how they are
 fitted; see the ``inference`` package for that.
+
+Models come from three places: the zoo's own (built in), ``register(spec)`` at run time, and
+installed packages that declare a spec under the entry-point group ``zoo.models`` (plugins,
+loaded the first time the registry is listed or queried). ``docs/extending.md`` shows all three.
 """
 
 from __future__ import annotations
 
-from zoo.spec import BACKENDS, DataField, ModelSpec
+import warnings
 
-__all__ = ["BACKENDS", "DataField", "ModelSpec", "get_model", "list_models", "register"]
+from zoo.spec import BACKENDS, DataField, ModelSpec, ModelSpecError
+
+__all__ = [
+    "BACKENDS",
+    "ENTRY_POINT_GROUP",
+    "DataField",
+    "ModelSpec",
+    "ModelSpecError",
+    "ZooPluginWarning",
+    "get_model",
+    "list_models",
+    "load_plugins",
+    "model_source",
+    "register",
+    "unregister",
+]
+
+#: The entry-point group under which installed packages declare their models.
+ENTRY_POINT_GROUP = "zoo.models"
 
 _REGISTRY: dict[str, ModelSpec] = {}
+_SOURCES: dict[str, str] = {}  # name -> where the model came from, for messages and `zoo list`
+# Plugin models whose twins have not been traced yet: that happens the first time get_model()
+# fetches one, so listing models imports neither torch nor JAX.
+_UNCHECKED: set[str] = set()
+_SEEN_ENTRY_POINTS: set[tuple[str, str]] = set()
+_plugins_loaded = False
 
 
-def register(spec: ModelSpec, *, replace: bool = False) -> ModelSpec:
-    """Add a model to the registry; a second model of the same name is an error."""
-    if not isinstance(spec, ModelSpec):
-        raise TypeError(f"register() takes a ModelSpec; got {type(spec).__name__}.")
-    if spec.name in _REGISTRY and not replace:
-        raise ValueError(
-            f"A model named {spec.name!r} is already registered; choose another name "
-            "or pass replace=True."
-        )
-    unknown = sorted(set(spec.backends) - set(BACKENDS))
-    if unknown:
-        raise ValueError(f"Unknown backend(s) {unknown} in {spec.name!r}; valid: {list(BACKENDS)}.")
-    _REGISTRY[spec.name] = spec
+class ZooPluginWarning(UserWarning):
+    """An installed plugin could not be loaded; the rest of the zoo works without it."""
+
+
+def register(spec: ModelSpec, *, replace: bool = False, check: bool = True) -> ModelSpec:
+    """Add a model to the registry, after checking that it meets the zoo's contract.
+
+    Always checked (cheap): ``spec`` is a ``ModelSpec``, its name is not taken (unless
+    ``replace=True``), it names a twin for every backend, and each algorithm it lists has what
+    it needs (``zoo.testing.check_spec``). With ``check=True`` (the default) both twins are also
+    imported and traced on a small data set from ``spec.make_data``: the same sample sites and
+    plates, and every guide samples every latent site (``zoo.testing.check_registration``; it
+    imports torch and JAX, about a second). ``check=False`` skips the tracing.
+
+    Raises :class:`ModelSpecError` (a ``ValueError``) saying which contract broke and how to fix
+    it.
+    """
+    _load_plugins_once()
+    _add(spec, replace=replace, check=check, source="zoo.register()")
+    return spec
+
+
+def unregister(name: str) -> ModelSpec:
+    """Remove a model from the registry (e.g. to register an edited spec under its name while
+    developing); returns its spec. A plugin's model comes back only in a new process."""
+    spec = get_model(name, check=False)
+    del _REGISTRY[name]
+    _SOURCES.pop(name, None)
+    _UNCHECKED.discard(name)
     return spec
 
 
 def list_models() -> list[str]:
-    """Names of the registered models, sorted."""
+    """Names of the registered models (built in, registered, and installed plugins), sorted."""
+    _load_plugins_once()
     return sorted(_REGISTRY)
 
 
-def get_model(name: str | ModelSpec) -> ModelSpec:
-    """The spec registered under ``name`` (a spec passes through unchanged)."""
+def get_model(name: str | ModelSpec, *, check: bool = True) -> ModelSpec:
+    """The spec registered under ``name`` (a spec passes through unchanged).
+
+    A plugin's twins are traced the first time it is fetched (``check=False`` skips that, e.g.
+    to show its description); a plugin that fails raises :class:`ModelSpecError` naming it.
+    """
     if isinstance(name, ModelSpec):
         return name
+    _load_plugins_once()
     try:
-        return _REGISTRY[name]
+        spec = _REGISTRY[name]
     except KeyError:
         raise ValueError(f"Unknown model {name!r}; valid models are {list_models()}.") from None
+    if check and name in _UNCHECKED:
+        from zoo.testing import check_registration
+
+        _UNCHECKED.discard(name)  # the checks themselves may fetch the model
+        try:
+            check_registration(spec)
+        except Exception as err:
+            _UNCHECKED.add(name)
+            raise ModelSpecError(
+                f"Model {name!r} from {_SOURCES[name]} does not meet the zoo's contract, so it "
+                f"cannot be used: {err}"
+            ) from err
+    return spec
+
+
+def model_source(name: str) -> str:
+    """Where a registered model comes from: ``"built-in"``, ``"zoo.register()"`` or
+    ``"plugin <distribution> <version> (entry point <name> = <object>)"``."""
+    get_model(name, check=False)  # a clear error for an unknown name
+    return _SOURCES[name]
+
+
+def load_plugins() -> list[str]:
+    """Register the models of installed plugins (entry-point group ``zoo.models``).
+
+    Runs by itself the first time the registry is listed or queried; call it again to pick up a
+    plugin installed since (it skips the entry points it has seen). A plugin that fails to import,
+    does not name a ``ModelSpec``, or clashes with a registered name is skipped with a
+    :class:`ZooPluginWarning` naming it; the other models stay usable. Returns the names added.
+    """
+    from importlib.metadata import entry_points
+
+    global _plugins_loaded
+    _plugins_loaded = True
+    added = []
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        key = (entry_point.name, entry_point.value)
+        if key in _SEEN_ENTRY_POINTS:
+            continue
+        _SEEN_ENTRY_POINTS.add(key)
+        source = _describe(entry_point)
+        try:
+            spec = entry_point.load()
+            if not isinstance(spec, ModelSpec):
+                raise ModelSpecError(
+                    f"the entry point must name a zoo.ModelSpec (e.g. 'my_package:SPEC'); "
+                    f"it names a {type(spec).__name__}."
+                )
+            if spec.name != entry_point.name:
+                raise ModelSpecError(
+                    f"the entry point is called {entry_point.name!r} but the spec's name is "
+                    f"{spec.name!r}; use the model's name on the left of "
+                    f"[project.entry-points.{ENTRY_POINT_GROUP!r}] in pyproject.toml."
+                )
+            if _REGISTRY.get(spec.name) is spec:  # the plugin registered itself on import
+                continue
+            _add(spec, replace=False, check=False, source=source)
+        except Exception as err:
+            warnings.warn(
+                f"zoo: {source} was not loaded: {type(err).__name__}: {err}",
+                ZooPluginWarning,
+                stacklevel=2,
+            )
+            continue
+        _UNCHECKED.add(spec.name)
+        added.append(spec.name)
+    return added
+
+
+def _describe(entry_point) -> str:
+    dist = getattr(entry_point, "dist", None)
+    origin = f"{dist.name} {dist.version} " if dist is not None else ""
+    return f"plugin {origin}(entry point {entry_point.name} = {entry_point.value})"
+
+
+def _load_plugins_once() -> None:
+    if not _plugins_loaded:
+        load_plugins()
+
+
+def _add(spec: ModelSpec, *, replace: bool, check: bool, source: str) -> None:
+    from zoo.testing import check_registration, check_spec
+
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"register() takes a zoo.ModelSpec; got {type(spec).__name__}.")
+    if spec.name in _REGISTRY and not replace:
+        raise ModelSpecError(
+            f"A model named {spec.name!r} is already registered ({_SOURCES[spec.name]}); "
+            "choose another name, or pass replace=True to register() to replace it."
+        )
+    if check:
+        check_registration(spec)
+    else:
+        check_spec(spec)
+    _REGISTRY[spec.name] = spec
+    _SOURCES[spec.name] = source
+    _UNCHECKED.discard(spec.name)
 
 
 def _register_builtins() -> None:
@@ -49,7 +196,9 @@ def _register_builtins() -> None:
     from zoo.bayesian_attention import classifier as bam_classifier
 
     for module in (bam_classifier, bayesian_gmm, bernoulli_mixture, exchangeable, gmm, vae):
-        register(module.SPEC)
+        # Built-in models are traced by tests/test_conformance.py, not at every import.
+        _REGISTRY[module.SPEC.name] = module.SPEC
+        _SOURCES[module.SPEC.name] = "built-in"
 
 
 _register_builtins()

@@ -10,17 +10,39 @@ import numpy as np
 
 
 def _load_data(path, spec, seed):
+    """``--data``: a .npy array for a model with one data key, a .npz of its keys otherwise."""
     if path is None:
+        if spec.make_data is None:
+            raise ValueError(f"Model {spec.name!r} has no built-in data; pass --data.")
         return spec.make_data(np.random.default_rng(seed))
-    if not path.endswith(".npy"):
-        raise SystemExit(f"--data must be a .npy file of shape (N, D); got {path!r}.")
-    return {"x": np.load(path, allow_pickle=False)}
+    keys = sorted(spec.data)
+    if path.endswith(".npy") and len(keys) == 1:
+        return {keys[0]: np.load(path, allow_pickle=False)}
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as arrays:
+            return {k: arrays[k] for k in arrays.files}
+    raise ValueError(
+        f"--data for {spec.name!r} must be a .npz file holding the arrays {keys}"
+        + (f" or a .npy array for {keys[0]!r}" if len(keys) == 1 else "")
+        + f"; got {path!r}."
+    )
 
 
 def _model_options(args):
-    opts = {"K": args.K}
+    """The model's own options: --K and --weight-prior (mixtures), and --option NAME=VALUE."""
+    opts = {}
+    if args.K is not None:
+        opts["K"] = args.K
     if args.weight_prior:
         opts["weight_prior"] = args.weight_prior
+    for item in args.option:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--option takes NAME=VALUE; got {item!r}.")
+        try:
+            opts[name] = json.loads(value)  # numbers, lists, true/false, null
+        except json.JSONDecodeError:
+            opts[name] = value  # a plain string
     return opts
 
 
@@ -36,11 +58,26 @@ def main(argv=None) -> int:
     for name in ("fit", "compare"):
         p = sub.add_parser(name, help=f"{name} a model (default data: the model's built-in set)")
         p.add_argument("model")
-        p.add_argument("--data", help="a .npy file of shape (N, D); default: built-in data")
-        p.add_argument("--K", type=int, default=10)
+        p.add_argument(
+            "--data",
+            help="a .npy array (one-key models, e.g. (N, D) for a mixture) or a .npz of the "
+            "model's data keys; default: the model's built-in data",
+        )
+        p.add_argument(
+            "--K", type=int, help="mixtures: number of components (default: the model's, 10)"
+        )
         p.add_argument("--weight-prior", choices=["dirichlet_process", "dirichlet_distribution"])
+        p.add_argument(
+            "--option",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a model option (repeatable), e.g. --option noise_scale=0.5; VALUE is read as "
+            "JSON, else as a string",
+        )
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--num-steps", type=int)
+        p.add_argument("--lr", type=float, help="SVI: Adam's learning rate (default 0.05)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "fit":
             p.add_argument("--algorithm", default="cavi")
@@ -55,25 +92,34 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "list":
+        # Listing reads the specs only (check=False): plugins' twins are not imported.
+        specs = [zoo.get_model(n, check=False) for n in zoo.list_models()]
         models = [
             {
-                "name": n,
-                "description": zoo.get_model(n).description,
-                "algorithms": list(zoo.get_model(n).algorithms),
-                "guides": list(zoo.get_model(n).guides),
+                "name": spec.name,
+                "description": spec.description,
+                "algorithms": list(spec.algorithms),
+                "guides": list(spec.guides),
+                "source": zoo.model_source(spec.name),
             }
-            for n in zoo.list_models()
+            for spec in specs
         ]
         if args.json:
             print(json.dumps(models, indent=2))
         else:
+            width = max((len(m["name"]) for m in models), default=0)
             for m in models:
-                print(f"{m['name']:<16} {m['description']}  [{', '.join(m['algorithms'])}]")
+                # "plugin zoo-linear-regression 0.1.0 (entry point ...)": the first part will do
+                source = "" if m["source"] == "built-in" else f"  ({m['source'].split(' (')[0]})"
+                print(
+                    f"{m['name']:<{width}}  {m['description']}  [{', '.join(m['algorithms'])}]"
+                    f"{source}"
+                )
         return 0
 
-    spec = zoo.get_model(args.model)
-    data = _load_data(args.data, spec, args.seed)
     try:
+        spec = zoo.get_model(args.model)
+        data = _load_data(args.data, spec, args.seed)
         if args.command == "fit":
             res = inference.fit(
                 spec,
@@ -85,6 +131,7 @@ def main(argv=None) -> int:
                 seed=args.seed,
                 num_steps=args.num_steps,
                 progress=not args.json,
+                **({} if args.lr is None else {"lr": args.lr}),
                 **_model_options(args),
             )
             if args.save:
@@ -119,6 +166,7 @@ def main(argv=None) -> int:
             args.backends.split(","),
             seeds=(args.seed,),
             num_steps=args.num_steps,
+            **({} if args.lr is None else {"lr": args.lr}),
             **_model_options(args),
         )
         print(table.to_json() if args.json else table.to_markdown())

@@ -11,10 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def quadratic_cache(x, xp) -> dict:
-    """Centred quadratic features of ``x`` (N, D) and the index maps that go with them."""
+def quadratic_cache(x, xp, shift=None) -> dict:
+    """Centred quadratic features of ``x`` (N, D) and the index maps that go with them.
+
+    The centre is the mean of ``x`` unless ``shift`` fixes it (minibatches share one centre).
+    """
     n, d = x.shape
-    shift = xp.sum(x, axis=0) / n  # centring keeps E[x x^T] - m m^T well conditioned
+    if shift is None:
+        shift = xp.sum(x, axis=0) / n  # centring keeps E[x x^T] - m m^T well conditioned
     xc = x - shift
     rows, cols = np.triu_indices(d)
     quad = xc[:, rows] * xc[:, cols]
@@ -40,7 +44,11 @@ def sufficient_statistics(resp, cache, xp) -> dict:
 
     ``resp`` is in the backend's layout (``xp.layout_resp``), as ``log_responsibilities`` gives it.
     """
-    stats = xp.weighted_feature_sums(resp, cache["features"])
+    return statistics_from_sums(xp.weighted_feature_sums(resp, cache["features"]), cache)
+
+
+def statistics_from_sums(stats, cache) -> dict:
+    """The named statistics of the (K, F) sums ``resp.T @ phi`` (or any weighted sum of them)."""
     d = cache["shift"].shape[0]
     k = stats.shape[0]
     sum_xx = (stats[:, 1 + d :] @ cache["untriu"]).reshape(k, d, d)

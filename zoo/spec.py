@@ -14,6 +14,11 @@ import numpy as np
 BACKENDS = ("pyro", "numpyro")
 
 
+class ModelSpecError(ValueError):
+    """A model breaks the zoo's contract; raised when it is registered (or first fetched, for a
+    plugin). The message says which contract and how to fix it."""
+
+
 @dataclass(frozen=True)
 class DataField:
     """The contract for one data key: its rank, its dtype kind and what it means."""
@@ -48,7 +53,14 @@ class ModelSpec:
         ``prepare(data: dict[str, np.ndarray], **options) -> Config``: validates the model options
         against the data and returns the model configuration (priors as numpy arrays).
     closed_form : str, optional
-        Module path of the backend-generic closed-form updates (CAVI or EM), if any.
+        Module path of the backend-generic closed-form updates (CAVI or EM) of a mixture, which
+        start from initial responsibilities shared with SVI (``init_cache(x, ...)``,
+        ``init_state(resp, ...)``; see ``inference.closed_form``).
+    conjugate_updates : str, optional
+        Module path of closed-form updates (CAVI or EM) for any other model: they start from the
+        data dict and the model's own starting point, ``init_cache(data, config, xp)``,
+        ``init_state(cache, config, xp)``, ``update(state, cache, config, xp)`` and
+        ``raw_params(state, cache, xp)`` (``docs/extending.md``). At most one of the two.
     make_data : callable, optional
         ``make_data(rng: np.random.Generator, n: int) -> dict``: a synthetic data set for tests and
         demos.
@@ -84,6 +96,7 @@ class ModelSpec:
     algorithms: tuple[str, ...]
     prepare: Callable[..., Any]
     closed_form: str | None = None
+    conjugate_updates: str | None = None
     make_data: Callable[..., dict] | None = None
     summarize: Callable[..., dict] | None = None
     config_type: type | None = None
@@ -116,9 +129,11 @@ class ModelSpec:
         return functools.partial(twin.model, init=init)
 
     def closed_form_module(self) -> ModuleType:
-        if self.closed_form is None:
+        """The module of closed-form updates: ``closed_form`` or ``conjugate_updates``."""
+        path = self.closed_form or self.conjugate_updates
+        if path is None:
             raise ValueError(f"Model {self.name!r} has no closed-form updates.")
-        return importlib.import_module(self.closed_form)
+        return importlib.import_module(path)
 
     def validate_data(self, data: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Check data against the contract; return it as numpy arrays.

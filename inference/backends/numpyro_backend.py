@@ -90,11 +90,47 @@ def flatten_params(params: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def data_parallel_shardings(num_rows: int):
+    """(data sharding, replicated sharding) over every device of ``jax.devices()``: rows split
+    along a one-axis mesh ``"data"``, everything else copied to each device."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = jax.devices()
+    if num_rows % len(devices):
+        raise ValueError(
+            f"data_parallel=True splits the rows of each step over the {len(devices)} devices of "
+            f"jax.devices(); {num_rows} rows do not split evenly. Use a batch_size (or data size) "
+            f"that is a multiple of {len(devices)}."
+        )
+    mesh = Mesh(np.array(devices), ("data",))
+    return NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec())
+
+
+def _place_config(config, sharding):
+    """The config's arrays copied to every device of ``sharding``."""
+    import dataclasses
+
+    changes = {
+        f.name: jax.device_put(getattr(config, f.name), sharding)
+        for f in dataclasses.fields(config)
+        if isinstance(getattr(config, f.name), jax.Array)
+    }
+    return dataclasses.replace(config, **changes)
+
+
 class SVIEngine:
     """``numpyro.infer.SVI`` with a jit-compiled update; the state is a pure pytree.
 
     ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None); the
     rows are gathered inside the compiled update, so the data stay on the device.
+    ``step(temperature, batch=...)`` trains on a minibatch given as backend arrays instead (data
+    that are not held in memory, ``inference.streaming``).
+
+    With ``data_parallel=True`` the rows of every step are split over all ``jax.devices()``
+    (``jax.sharding``: a one-axis mesh, data sharded on it, state and config replicated); the
+    compiled update then computes each device's part of the ELBO and its gradient where its rows
+    are, and XLA sums them across devices. Same loss and parameters as one device, to float
+    rounding.
     """
 
     def __init__(
@@ -110,11 +146,23 @@ class SVIEngine:
         seed,
         device,
         init_temperature=None,
+        data_parallel=False,
+        batch_rows=None,
     ):
         if elbo == "enum":
             from numpyro.contrib.funsor import config_enumerate
 
             model = config_enumerate(model)
+        self.shardings = None
+        if data_parallel:
+            rows = batch_rows or len(next(iter(data.values())))
+            data_sharding, replicated = data_parallel_shardings(rows)
+            self.shardings = data_sharding, replicated
+            config = _place_config(config, replicated)
+            if batch_rows is None:
+                data = jax.device_put(data, data_sharding)
+            else:
+                data = jax.device_put(data, replicated)  # rows gathered, then split
         self.loss = make_elbo(elbo, num_particles)
         self.model, self.guide, self.data, self.config = model, guide, data, config
         self.elbo_name, self.device = elbo, device
@@ -124,20 +172,30 @@ class SVIEngine:
         )
         # Commit the initial state to the device: the update's outputs are committed, and an
         # uncommitted input would make the second call compile the update again.
-        self.state = jax.device_put(self.state, device)
+        self.state = jax.device_put(
+            self.state, device if self.shardings is None else self.shardings[1]
+        )
 
         def update(state, data, rows, temperature):
             if rows is not None:
                 data = {k: v[rows] for k, v in data.items()}
+                if self.shardings is not None:
+                    data = jax.lax.with_sharding_constraint(data, self.shardings[0])
             return self.svi.update(state, data, config, temperature=temperature)
 
         self._update = jax.jit(update)
 
-    def step(self, temperature=None, rows=None) -> float:
+    def step(self, temperature=None, rows=None, batch=None) -> float:
         """One gradient step; a non-finite loss leaves the state as it was."""
+        data = self.data
+        if batch is not None:
+            data = batch
+            if self.shardings is not None:
+                data = jax.device_put(batch, self.shardings[0])
         if rows is not None:
-            rows = jax.device_put(rows, self.device)
-        state, loss = self._update(self.state, self.data, rows, temperature)
+            placement = self.device if self.shardings is None else self.shardings[1]
+            rows = jax.device_put(rows, placement)
+        state, loss = self._update(self.state, data, rows, temperature)
         loss = float(loss)
         if np.isfinite(loss):
             self.state = state
@@ -172,7 +230,8 @@ class SVIEngine:
             a.shape != b.shape for a, b in zip(saved, leaves, strict=True)
         ):
             raise ValueError("Checkpoint SVI state does not match this model and guide.")
-        self.state = jax.device_put(jax.tree_util.tree_unflatten(treedef, saved), self.device)
+        placement = self.device if self.shardings is None else self.shardings[1]
+        self.state = jax.device_put(jax.tree_util.tree_unflatten(treedef, saved), placement)
 
 
 def as_params(params: dict, device, dtype: str) -> dict:

@@ -24,6 +24,30 @@ NAME = "pyro"
 ops = TorchOps()
 
 
+class WorkerLostError(RuntimeError):
+    """A process of a data-parallel group died or could not be reached mid-run."""
+
+
+def init_data_parallel():
+    """(rank, world size) of this process's ``torch.distributed`` group, joining the group
+    ``torchrun`` describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...) if not yet joined:
+    gloo on CPU, nccl when CUDA is available."""
+    import os
+
+    dist = torch.distributed
+    if not dist.is_available():
+        raise ValueError("data_parallel=True needs torch.distributed, which this torch lacks.")
+    if not dist.is_initialized():
+        if "WORLD_SIZE" not in os.environ:
+            raise ValueError(
+                "data_parallel=True on Pyro runs in a torch.distributed group: launch the script "
+                "with torchrun (e.g. torchrun --nproc_per_node=2 script.py) or call "
+                "torch.distributed.init_process_group first."
+            )
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
 def available_devices() -> list[str]:
     return ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
@@ -98,7 +122,13 @@ class SVIEngine:
     ``benchmarks/vae_speed.py``) and computes the same update. Every parameter must exist after
     the first evaluation of the loss (true of the zoo's models). Pyro keeps parameters in one
     global store, so one Pyro fit runs at a time in a process.
-    ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None).
+    ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None);
+    ``step(temperature, batch=...)`` on a minibatch given as tensors (``inference.streaming``).
+
+    With ``data_parallel=True`` this process is one of a ``torch.distributed`` group (each
+    process holds its share of the rows, the model scales them by ``num_data / rows``): after
+    every backward pass the gradients and the loss are averaged over the group (one
+    ``all_reduce``), so every process takes the same step as one process on all the rows.
     """
 
     def __init__(
@@ -114,8 +144,11 @@ class SVIEngine:
         seed,
         device,
         init_temperature=None,
+        data_parallel=False,
+        batch_rows=None,
     ):
         self.data, self.config, self.device = data, config, device
+        self.group_size = torch.distributed.get_world_size() if data_parallel else 1
         if elbo == "enum":
             model = config_enumerate(model)
         self.loss = make_elbo(elbo, num_particles)
@@ -155,20 +188,43 @@ class SVIEngine:
         index = torch.as_tensor(rows, device=self.device)
         return {k: v.index_select(0, index) for k, v in self.data.items()}
 
-    def step(self, temperature=None, rows=None) -> float:
+    def step(self, temperature=None, rows=None, batch=None) -> float:
         """One gradient step; a non-finite loss leaves the parameters as they were."""
         temperature = self._temperature(temperature)
-        data = self.batch(rows)
+        data = self.batch(rows) if batch is None else batch
         with self._rng():
             self._set_rng(self.rng_state)
             loss = self.loss.loss_and_grads(
                 self.model, self.guide, data, self.config, temperature=temperature
             )
+            if self.group_size > 1:
+                loss = self._average_over_group(loss)
             if math.isfinite(loss):
                 self.optim.step()
             self.optim.zero_grad(set_to_none=True)
             self.rng_state = self._get_rng()
         return -loss  # the ELBO estimate
+
+    def _average_over_group(self, loss: float) -> float:
+        """Average the gradients and the loss over the ``torch.distributed`` group, in place."""
+        params = self.optim.param_groups[0]["params"]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_tensor([loss])])
+        try:
+            torch.distributed.all_reduce(flat)
+        except (RuntimeError, OSError) as err:  # gloo and nccl report a lost peer so
+            raise WorkerLostError(
+                f"Data-parallel SVI lost a process of its torch.distributed group (this is rank "
+                f"{torch.distributed.get_rank()} of {self.group_size}) while averaging "
+                "gradients; the last checkpoint (checkpoint=) resumes the run with resume=True. "
+                f"Cause: {err}"
+            ) from err
+        flat /= self.group_size
+        offset = 0
+        for p, g in zip(params, grads, strict=True):
+            p.grad = flat[offset : offset + g.numel()].view_as(g)
+            offset += g.numel()
+        return float(flat[-1])
 
     def _temperature(self, temperature):
         if temperature is None:

@@ -192,5 +192,6 @@ SPEC = ModelSpec(
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
     example_options={"K": 3},
+    minibatch=True,  # the "enum" guide; SVI draws minibatches, svi-natural streams them
     tags=("discrete-latent", "conjugate", "mixture"),
 )

@@ -11,6 +11,11 @@ Why it is fast: both halves of an iteration are one matrix product over the quad
   log-normaliser, ``nu W m`` and ``-nu W / 2``;
 * M-step: the sufficient statistics ``N_k, sum r x, sum r x x^T`` are ``resp.T @ phi``.
 
+Stochastic VI (``algorithm="svi-natural"``, Hoffman et al. 2013) uses ``init_natural_state`` and
+``natural_step``: the natural parameters of q(pi) and q(mu, Lambda) are the prior's plus the
+statistics ``resp.T @ phi``, so the natural-gradient step ``lambda <- (1 - rho) lambda + rho
+lambda_hat`` is the same convex combination of statistics, followed by the M-step.
+
 Every function takes an array namespace ``xp`` (``inference.backends.ops``), so the same code runs
 on torch tensors (any device) and, jit-compiled, on JAX arrays.
 """
@@ -27,15 +32,20 @@ from zoo.quadratic_features import (
     log_responsibilities,
     quadratic_cache,
     scatter_matrices,
+    statistics_from_sums,
     sufficient_statistics,
 )
 
 EPS = 10 * np.finfo(np.float64).eps  # scikit-learn adds this to N_k to avoid 0/0
 
 
-def init_cache(x, config, xp) -> dict:
-    """Quadratic features of the centred data, with the priors moved to the same centre."""
-    cache = quadratic_cache(x, xp)
+def init_cache(x, config, xp, shift=None) -> dict:
+    """Quadratic features of the centred data, with the priors moved to the same centre.
+
+    The centre is the mean of ``x`` unless ``shift`` fixes it (the minibatches of stochastic VI
+    share the centre of the first).
+    """
+    cache = quadratic_cache(x, xp, shift)
     cache["mean_prior"] = xp.asarray(config.mean_prior, like=x) - cache["shift"]
     cache["covariance_prior"] = xp.asarray(config.covariance_prior, like=x)
     return cache
@@ -200,6 +210,45 @@ def update(state, cache, config, xp):
         - kl_normal_wishart(q, cache, config, xp)
     )
     return {"q": q, "theta": theta}, elbo
+
+
+def init_natural_state(resp, cache, config, xp, scale=1.0) -> dict:
+    """Stochastic VI's state after the first M-step from ``resp`` of the rows in ``cache``, whose
+    statistics count ``scale`` times (``num_data / rows``)."""
+    raw = scale * sufficient_statistics(xp.layout_resp(resp), cache, xp)["raw"]
+    q = m_step(statistics_from_sums(raw, cache), cache, config, xp)
+    return {"q": q, "theta": log_rho_coefficients(q, cache, config, xp), "raw": raw}
+
+
+def natural_step(state, cache, config, xp, rho, scale):
+    """One stochastic natural-gradient step on the minibatch in ``cache``; returns (state, the
+    minibatch estimate of the ELBO in nats).
+
+    Local step: q(z) of the minibatch given the current globals. Global step: the minibatch
+    statistics, times ``scale = num_data / batch_size``, are what a full CAVI update would see;
+    the state's statistics move a fraction ``rho`` towards them (Hoffman et al. 2013, eq. 25),
+    and the globals follow. With ``rho = 1`` and the whole data in one batch this is ``update``.
+    """
+    log_resp, log_norm = log_responsibilities(state["theta"], cache, xp)
+    batch = sufficient_statistics(xp.exp(log_resp), cache, xp)["raw"]
+    neg_entropy = xp.sum(batch * state["theta"].T) - xp.sum(log_norm)
+    raw = (1.0 - rho) * state["raw"] + (rho * scale) * batch
+    q = m_step(statistics_from_sums(raw, cache), cache, config, xp)
+    theta = log_rho_coefficients(q, cache, config, xp)
+    elbo = (
+        scale * (xp.sum(batch * theta.T) - neg_entropy)
+        - kl_weights(q, config, xp)
+        - kl_normal_wishart(q, cache, config, xp)
+    )
+    return {"q": q, "theta": theta, "raw": raw}, elbo
+
+
+def elbo_terms(state, cache, config, xp):
+    """(sum_n log sum_k exp(phi_n . theta_k), KL of the globals) at the current q of the globals
+    and the optimal q(z) of the rows in ``cache``: the ELBO is ``scale * first - second``."""
+    _, log_norm = log_responsibilities(state["theta"], cache, xp)
+    kl = kl_weights(state["q"], config, xp) + kl_normal_wishart(state["q"], cache, config, xp)
+    return xp.sum(log_norm), kl
 
 
 def raw_params(state, cache, xp) -> dict:

@@ -9,6 +9,7 @@ from numpyro.distributions import constraints
 from numpyro.ops.indexing import Vindex
 
 from zoo.distributions import RelaxedOneHotCategorical, StickBreakingCategorical, Wishart
+from zoo.plates import numpyro_data_plate as data_plate
 
 ENUMERATED_GUIDES = ("enum",)
 
@@ -27,11 +28,12 @@ def _mixture_weights(config, like):
     return dist.Categorical(probs=weights)
 
 
-def model(data, config, temperature=None, init=None):
+def model(data, config, temperature=None, init=None, num_data=None):
     """The generative process in ``zoo.bayesian_gmm``; ``temperature`` relaxes ``z``.
 
     ``init`` is accepted for a uniform signature across the zoo and unused: every unknown of this
-    model is a latent variable, none is a parameter.
+    model is a latent variable, none is a parameter. With ``num_data``, ``data`` is a minibatch
+    (or a shard) of a data set of that size and the data plate scales its log-density.
 
     With a temperature, ``z`` is a relaxed one-hot vector (Gumbel-softmax) and the likelihood of
     ``x_n`` is ``sum_k z_nk log N(x_n | mu_k, Lambda_k^-1)``, equal to the discrete model's at a
@@ -51,7 +53,7 @@ def model(data, config, temperature=None, init=None):
                 config.mean_prior, precision_matrix=config.mean_precision_prior * precisions
             ),
         )
-    with numpyro.plate("data", n):
+    with data_plate(n, num_data):
         if temperature is None:
             z = numpyro.sample("z", z_dist)
             numpyro.sample(
@@ -110,8 +112,13 @@ def make_guide(name, config, init):
     ``"cavi"``: the free-form CAVI family (mu_k | Lambda_k Normal-Wishart, q(z) Categorical).
     """
 
-    def guide(data, config, temperature=None):
+    def guide(data, config, temperature=None, num_data=None):
         x = data["x"]
+        if name != "enum" and num_data is not None and num_data != x.shape[0]:
+            raise ValueError(
+                f"Guide {name!r} has a parameter per data point (assignment_logits), so it "
+                "cannot be fitted on minibatches or shards of the data; use guide='enum'."
+            )
         _global_factors(config, init, x, "conditional" if name == "cavi" else "independent")
         if name == "enum":
             return

@@ -225,7 +225,7 @@ def complete(params, x, observed_mask, backend="numpy", fill_observed=True, dtyp
     r"""The posterior predictive ``E[x_d | x_O]`` of every pixel and ``p(z | x_O)``, by attention.
 
     Computes ``softmax(q K^T + log pi) V`` with :func:`attention_inputs` through
-    ``zoo.attention.<backend>_attention.scaled_dot_product_attention`` (scale 1, one query per
+    ``zoo.attention.<backend>_attention.scaled_dot_product_attention`` (scale 1, one query row per
     image, one key per component).
 
     Parameters
@@ -261,10 +261,16 @@ def complete(params, x, observed_mask, backend="numpy", fill_observed=True, dtyp
     query, keys, bias, values, xo, mask = _attention_inputs(
         params, x, observed_mask, ns, require_all_binary=False
     )
+    # Every image is one query row against the same K keys: one (N, 2D) x (2D, K) product
+    # rather than N vector products.
+    lead = tuple(query.shape[:-1])
     out, weights = ns.attention.scaled_dot_product_attention(
-        query[..., None, :], keys, values, bias=bias, scale=1.0, return_weights=True
+        query.reshape(-1, query.shape[-1]), keys, values, bias=bias, scale=1.0, return_weights=True
     )
-    mean, weights = out[..., 0, :], weights[..., 0, :]
+    mean, weights = (
+        out.reshape(lead + (values.shape[-1],)),
+        weights.reshape(lead + (keys.shape[0],)),
+    )
     if fill_observed:
         mean = ns.xp.where(mask, xo, mean)
     return Completion(mean, weights)

@@ -1,0 +1,145 @@
+"""Peak memory of a minibatch fit of the Bayesian GMM on a memory-mapped file, as N grows.
+
+For each N a mixture of Gaussians (D=10) is written to ``.npy`` in chunks, then a fresh process
+opens it with ``np.load(mmap_mode="r")`` and fits it by minibatch SVI (``svi-natural`` by
+default, or ``svi`` with the enumerated guide), reporting its peak resident memory
+(``resource.getrusage`` ``ru_maxrss``) before and after the fit. The number of steps and the
+minibatch are the same for every N, so a flat curve means memory does not depend on N.
+
+    python benchmarks/streaming_memory.py            # N = 1M, 3M, 10M (800 MB file at 10M)
+    python benchmarks/streaming_memory.py --quick    # N = 300k, 1M, 3M, 50 steps: a smoke run
+    python benchmarks/streaming_memory.py --algorithm svi --backend pyro
+
+Writes JSON (``--out``, default ``benchmarks/results/streaming_memory.json``); the data files go
+to ``--workdir`` (default: a temporary folder, removed afterwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FULL_SIZES = (1_000_000, 3_000_000, 10_000_000)
+QUICK_SIZES = (300_000, 1_000_000, 3_000_000)
+
+
+def write_mixture(path, n, d=10, k=5, seed=0, chunk=250_000, sample_seed=0):
+    """An (n, d) float64 ``.npy`` of a k-component Gaussian mixture, written in chunks (the
+    writer never holds more than ``chunk`` rows). ``seed`` fixes the mixture, ``sample_seed``
+    the draws from it (a held-out set: the same mixture, another ``sample_seed``)."""
+    from inference.streaming import release
+
+    mixture = np.random.default_rng(seed)
+    centres = mixture.normal(scale=4.0, size=(k, d))
+    scales = mixture.uniform(0.5, 1.5, size=(k, 1))
+    rng = np.random.default_rng([seed, sample_seed])
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n, d))
+    for start in range(0, n, chunk):
+        rows = min(chunk, n - start)
+        z = rng.integers(k, size=rows)
+        out[start : start + rows] = centres[z] + scales[z] * rng.normal(size=(rows, d))
+        out.flush()
+        release(out)
+    del out
+    return path
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+
+
+def child(args):
+    """One fit in this (fresh) process; prints one JSON line."""
+    import inference
+
+    x = np.load(args.file, mmap_mode="r")
+    before = peak_rss_mb()
+    t0 = time.perf_counter()
+    options = dict(guide="enum") if args.algorithm == "svi" else {}
+    res = inference.fit(
+        "bayesian_gmm",
+        {"x": x},
+        args.algorithm,
+        args.backend,
+        batch_size=args.batch_size,
+        num_steps=args.num_steps,
+        K=args.K,
+        seed=0,
+        progress=False,
+        **options,
+    )
+    print(
+        json.dumps(
+            {
+                "num_data": int(len(x)),
+                "file_mb": round(os.path.getsize(args.file) / 2**20, 1),
+                "baseline_peak_rss_mb": round(before, 1),
+                "fit_peak_rss_mb": round(peak_rss_mb(), 1),
+                "wall_s": round(time.perf_counter() - t0, 2),
+                "per_step_ms": round(1e3 * res.timing["per_step"], 3),
+                "objective_per_point_last100": float(
+                    np.mean(res.history["objective"][-100:]) / len(x)
+                ),
+            }
+        )
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sizes", type=int, nargs="+")
+    parser.add_argument("--algorithm", default="svi-natural", choices=["svi-natural", "svi"])
+    parser.add_argument("--backend", default="numpyro", choices=["numpyro", "pyro"])
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--num-steps", type=int)
+    parser.add_argument("--K", type=int, default=10)
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "streaming_memory.json"))
+    parser.add_argument("--workdir")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.num_steps is None:
+        args.num_steps = 50 if args.quick else 2000
+    if args.child:
+        return child(args)
+    sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        runs = []
+        for n in sizes:
+            path = write_mixture(os.path.join(tmp, f"x_{n}.npy"), n)
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", "--file", path]
+            cmd += ["--algorithm", args.algorithm, "--backend", args.backend]
+            cmd += ["--batch-size", str(args.batch_size), "--num-steps", str(args.num_steps)]
+            cmd += ["--K", str(args.K)]
+            line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            runs.append(json.loads(line.strip().splitlines()[-1]))
+            os.remove(path)
+            print(json.dumps(runs[-1]), flush=True)
+    report = {
+        "what": "peak RSS of a minibatch fit of bayesian_gmm on a memory-mapped .npy, per N",
+        "algorithm": args.algorithm,
+        "backend": args.backend,
+        "batch_size": args.batch_size,
+        "num_steps": args.num_steps,
+        "K": args.K,
+        "D": 10,
+        "runs": runs,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+r"""Bayesian linear regression with known noise: an example model plugin for the zoo.
+
+Generative process, for ``n = 1..N`` and ``D`` coefficients::
+
+    coef ~ Normal(0, prior_precision^-1 I_D)
+    y_n | coef ~ Normal(x_n . coef, noise_scale^2)
+
+``x`` holds the covariates (put a column of ones in it for an intercept); ``noise_scale`` is
+known. The posterior of ``coef`` is Gaussian and known exactly (``posterior.exact_posterior``),
+which makes the model a yardstick: CAVI lands on the posterior in one update, and SVI with a
+full-rank Gaussian guide must approach it.
+
+Sites: ``coef`` (latent, one event of size D) and ``y`` (observed, plate ``data``).
+
+The package declares ``SPEC`` under the entry-point group ``zoo.models`` (``pyproject.toml``);
+once the package is installed, ``zoo.list_models()``, ``inference.fit`` and ``python -m zoo``
+find the model with nothing imported by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zoo import DataField, ModelSpec
+
+from . import posterior
+
+__all__ = ["SPEC", "LinearRegressionConfig", "make_data", "prepare", "summarize"]
+
+
+@dataclass(frozen=True)
+class LinearRegressionConfig:
+    """The model's options, checked against the data. A saved fit stores these fields."""
+
+    dim: int  # number of coefficients D (columns of x)
+    prior_precision: float  # alpha: coef ~ Normal(0, alpha^-1 I)
+    noise_scale: float  # sigma: y_n ~ Normal(x_n . coef, sigma^2)
+
+
+def _positive(name: str, value) -> float:
+    value = float(value)
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a float in the range (0, inf); got {value}.")
+    return value
+
+
+def prepare(data, prior_precision: float = 1.0, noise_scale: float = 1.0) -> LinearRegressionConfig:
+    """Check the options against the data (already checked for keys, rank and dtype kind)."""
+    x, y = data["x"], data["y"]
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"data['y'] must hold one response per row of data['x'] ({x.shape[0]}); "
+            f"got {y.shape[0]}."
+        )
+    return LinearRegressionConfig(
+        dim=int(x.shape[1]),
+        prior_precision=_positive("prior_precision", prior_precision),
+        noise_scale=_positive("noise_scale", noise_scale),
+    )
+
+
+def summarize(raw_params: dict, config: LinearRegressionConfig) -> dict:
+    """The posterior mean and covariance of the coefficients, from either guide's parameters."""
+    covariance = posterior.covariance(raw_params)
+    return {
+        "coef_mean": raw_params["coef_loc"],
+        "coef_covariance": covariance,
+        "coef_sd": np.sqrt(np.diagonal(covariance)),
+    }
+
+
+TRUE_COEF = np.array([1.0, -2.0, 0.5])  # intercept and two slopes of the demo data
+
+
+def make_data(rng: np.random.Generator, n: int = 200) -> dict:
+    """Demo data that the model describes: an intercept column and two standard-normal
+    covariates, unit noise (the default ``noise_scale``)."""
+    x = np.column_stack([np.ones(n), rng.standard_normal((n, 2))])
+    y = x @ TRUE_COEF + rng.standard_normal(n)
+    return {"x": x, "y": y}
+
+
+SPEC = ModelSpec(
+    name="bayesian_linear_regression",
+    description="Bayesian linear regression, known noise, Gaussian prior (example plugin)",
+    data={
+        "x": DataField(ndim=2, kind="f", doc="(N, D) covariates"),
+        "y": DataField(ndim=1, kind="f", doc="(N,) responses"),
+    },
+    # Module paths, imported only when a backend is used: listing the model loads neither
+    # torch nor JAX.
+    backends={
+        "pyro": "zoo_linear_regression.pyro_model",
+        "numpyro": "zoo_linear_regression.numpyro_model",
+    },
+    guides=("full_rank", "mean_field"),  # the first is SVI's default
+    algorithms=("cavi", "svi"),
+    prepare=prepare,
+    # Not a mixture, so its closed-form updates go in conjugate_updates (closed_form is for
+    # updates that start from mixture responsibilities).
+    conjugate_updates="zoo_linear_regression.closed_form",
+    make_data=make_data,
+    summarize=summarize,
+    config_type=LinearRegressionConfig,
+    sample_posterior=posterior.sample_posterior,
+    log_likelihood=posterior.log_likelihood,
+    tags=("conjugate", "regression", "plugin"),
+)

@@ -1,0 +1,369 @@
+"""Extending the zoo from outside: the example plugin of ``examples/extend`` is pip-installed,
+found through its ``zoo.models`` entry point, passes ``zoo.testing.check_model``, and every
+algorithm it supports lands on its closed-form posterior on both backends. Then the errors an
+extender meets: a missing backend, twins that disagree, a guide that misses a latent site, a
+taken name, a broken plugin."""
+
+import dataclasses
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+import inference
+import zoo
+from zoo import ModelSpecError, testing
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN_SOURCE = ROOT / "examples" / "extend"
+MODEL = "bayesian_linear_regression"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The plugin's tensors are tiny (3 x 3): extra threads only add synchronisation, which
+    costs milliseconds per operation on a busy 2-core machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory):
+    """``pip install`` the example package, as its users do, into a folder of its own.
+
+    With ``--target`` the install lands beside the test environment instead of inside it, so
+    nothing is left behind and other processes sharing the environment never see it; putting
+    the folder on ``sys.path`` (and ``PYTHONPATH`` for subprocesses) makes it an installed
+    distribution like any other, entry points included. The build runs offline in a copy of the
+    sources (setuptools writes build/ and egg-info beside them).
+    """
+    tmp = tmp_path_factory.mktemp("plugin")
+    source = tmp / "source"
+    shutil.copytree(
+        PLUGIN_SOURCE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+    )
+    target = tmp / "site-packages"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", "--quiet", "--target", str(target), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, f"pip install failed:\n{install.stdout}\n{install.stderr}"
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+    yield target
+    sys.path.remove(str(target))
+    for name in [m for m in sys.modules if m.split(".")[0] == "zoo_linear_regression"]:
+        del sys.modules[name]
+    if MODEL in zoo.list_models():
+        zoo.unregister(MODEL)
+
+
+@pytest.fixture(scope="module")
+def plugin(plugin_path):
+    """The plugin's spec, found by the zoo through its entry point (nothing imported by hand)."""
+    assert MODEL in zoo.load_plugins() + zoo.list_models()
+    return zoo.get_model(MODEL)
+
+
+@pytest.fixture(scope="module")
+def regression_data(plugin):
+    return plugin.make_data(np.random.default_rng(1), 100)
+
+
+def test_the_plugin_is_found_through_its_entry_point(plugin, plugin_path):
+    assert MODEL in zoo.list_models()
+    assert zoo.model_source(MODEL).startswith("plugin zoo-linear-regression 0.1.0")
+    module = sys.modules["zoo_linear_regression"]
+    assert Path(module.__file__).is_relative_to(plugin_path)  # the installed copy
+    # Every algorithm x backend it supports, which the fits below go through.
+    assert testing.supported_runs(plugin) == [
+        ("cavi", "pyro"),
+        ("cavi", "numpyro"),
+        ("svi", "pyro"),
+        ("svi", "numpyro"),
+    ]
+
+
+def test_check_model_passes_on_the_plugin(plugin):
+    report = testing.check_model(MODEL)
+    assert report.passed, str(report)
+    assert [r.name for r in report.results] == [
+        "registration",
+        "twins_and_log_joint",
+        "cavi/pyro",
+        "cavi/numpyro",
+        "svi/pyro",
+        "svi/numpyro",
+    ]
+    assert "6 passed, 0 failed" in str(report)
+
+
+def _kl_gaussians(mean_q, cov_q, mean_p, cov_p) -> float:
+    """KL(N(mean_q, cov_q) || N(mean_p, cov_p)), nats."""
+    precision_p = np.linalg.inv(cov_p)
+    diff = mean_p - mean_q
+    return 0.5 * (
+        np.trace(precision_p @ cov_q)
+        + diff @ precision_p @ diff
+        - len(mean_q)
+        + np.linalg.slogdet(cov_p)[1]
+        - np.linalg.slogdet(cov_q)[1]
+    )
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+@pytest.mark.parametrize("algorithm,guide", [("cavi", None), ("svi", "full_rank")])
+def test_every_algorithm_recovers_the_closed_form_posterior(
+    plugin, regression_data, algorithm, guide, backend
+):
+    from zoo_linear_regression.posterior import exact_posterior
+
+    data = regression_data
+    options = {"prior_precision": 2.0, "noise_scale": 1.0}
+    mean, cov = exact_posterior(data, plugin.prepare(data, **options))
+    if algorithm == "cavi":
+        res = inference.fit(MODEL, data, "cavi", backend, progress=False, **options)
+        np.testing.assert_allclose(res.params["coef_mean"], mean, rtol=1e-10)
+        np.testing.assert_allclose(res.params["coef_covariance"], cov, rtol=1e-10)
+        # At the exact posterior the ELBO is the log evidence, log N(y | 0, s^2 I + X X^T / a).
+        x, y = data["x"], data["y"]
+        marginal_cov = np.eye(len(y)) + x @ x.T / options["prior_precision"]
+        log_evidence = multivariate_normal(np.zeros(len(y)), marginal_cov).logpdf(y)
+        assert res.objective == pytest.approx(log_evidence, rel=1e-10)
+        assert res.history["objective"][0] < log_evidence  # the first step starts at the prior
+        assert res.converged and res.num_steps <= 3
+        return
+    # SVI with a Gaussian guide: the exact posterior is in its family, so it must come close;
+    # what is left is the noise of single-sample gradients at a constant learning rate.
+    res = inference.fit(
+        MODEL, data, "svi", backend, guide=guide, lr=0.01, num_steps=1000, progress=False, **options
+    )
+    kl = _kl_gaussians(res.params["coef_mean"], res.params["coef_covariance"], mean, cov)
+    assert kl < 0.3, (kl, res.params, mean, cov)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_mean_field_svi_gets_the_means_and_the_conditional_variances(
+    plugin, regression_data, backend
+):
+    """Mean-field VI of a Gaussian recovers its mean exactly, and variances 1 / precision_ii
+    (smaller than the marginal ones when coefficients are correlated)."""
+    from zoo_linear_regression.posterior import exact_posterior
+
+    data = regression_data
+    mean, cov = exact_posterior(data, plugin.prepare(data))
+    res = inference.fit(
+        MODEL, data, "svi", backend, guide="mean_field", lr=0.01, num_steps=800, progress=False
+    )
+    sd = np.sqrt(np.diag(cov))
+    mean_field_sd = 1 / np.sqrt(np.diag(np.linalg.inv(cov)))
+    assert np.all(np.abs(res.params["coef_mean"] - mean) < 0.6 * sd)
+    np.testing.assert_allclose(res.params["coef_sd"], mean_field_sd, rtol=0.3)
+
+
+def test_compare_save_and_load_run_the_plugin_like_a_built_in(plugin, regression_data, tmp_path):
+    table = inference.compare(
+        MODEL,
+        regression_data,
+        algorithms=["cavi", "svi", "em"],  # it has no EM: skipped, as for any model
+        backends=["pyro"],  # the other backend's fits are above; here the table is the point
+        num_steps={"cavi": 10, "svi": 100},
+        num_samples=100,
+    )
+    rows = {(r["algorithm"], r["guide"]): r for r in table.rows}
+    assert set(rows) == {("cavi", None), ("svi", "full_rank"), ("svi", "mean_field")}
+    assert all(np.isfinite(r["heldout_log_pred_per_point"]) for r in table.rows)
+    # CAVI is exact here: no guide's ELBO beats it.
+    best_svi = max(rows[k]["objective_per_point"] for k in rows if k[0] == "svi")
+    assert rows["cavi", None]["objective_per_point"] >= best_svi - 0.01
+    res = table.results[0]
+    res.save(tmp_path / "fit.zoo")
+    loaded = inference.load(tmp_path / "fit.zoo")
+    np.testing.assert_array_equal(loaded.params["coef_mean"], res.params["coef_mean"])
+    assert loaded.config == res.config
+
+
+def test_the_cli_lists_and_fits_the_plugin(plugin, plugin_path, regression_data, tmp_path, capsys):
+    # A fresh process finds the installed plugin by its entry point alone.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_path), str(ROOT)])}
+    out = subprocess.run(
+        [sys.executable, "-m", "zoo", "list", "--json"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    listed = {m["name"]: m for m in json.loads(out.stdout)}
+    assert {"bayesian_gmm", MODEL} <= set(listed)
+    assert listed[MODEL]["source"].startswith("plugin zoo-linear-regression")
+    assert listed[MODEL]["algorithms"] == ["cavi", "svi"]
+
+    # `python -m zoo fit ...`, run in this process (zoo.cli.main) to spare a second start-up.
+    from zoo_linear_regression.posterior import exact_posterior
+
+    from zoo.cli import main
+
+    path = tmp_path / "regression.npz"
+    np.savez(path, **regression_data)
+    args = ["fit", MODEL, "--data", str(path), "--algorithm", "cavi", "--backend", "pyro"]
+    assert main([*args, "--option", "prior_precision=2.0", "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    mean, _ = exact_posterior(regression_data, plugin.prepare(regression_data, prior_precision=2))
+    np.testing.assert_allclose(fitted["params"]["coef_mean"], mean, rtol=1e-10)
+    assert main([*args, "--K", "3"]) == 2  # a mixture's option: a clear error, not a traceback
+    assert "Unknown option(s) ['K']" in capsys.readouterr().err
+
+
+def test_register_at_run_time_in_a_script(plugin, regression_data):
+    spec = dataclasses.replace(plugin, name="my_regression")
+    try:
+        assert zoo.register(spec) is spec  # checked, traced: about a second
+        assert "my_regression" in zoo.list_models()
+        assert zoo.model_source("my_regression") == "zoo.register()"
+        res = inference.fit("my_regression", regression_data, "cavi", "pyro", progress=False)
+        assert res.model == "my_regression" and res.converged
+    finally:
+        zoo.unregister("my_regression")
+    assert "my_regression" not in zoo.list_models()
+
+
+# --- The errors an extender meets ---------------------------------------------------------
+
+
+def _fake_twin(monkeypatch, name: str, **functions) -> str:
+    """A twin module that exists only in memory, importable by ``name``."""
+    module = types.ModuleType(name)
+    module.__dict__.update(functions)
+    monkeypatch.setitem(sys.modules, name, module)
+    return name
+
+
+def _numpyro_model(coef_site="coef", plate="data", precision_as_scale=False):
+    """The plugin's NumPyro model with one of the slips an extender makes."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    def model(data, config, temperature=None, init=None):
+        x, y = data["x"], data["y"]
+        scale = config.prior_precision if precision_as_scale else config.prior_precision**-0.5
+        coef = numpyro.sample(coef_site, dist.Normal(jnp.zeros(x.shape[-1]), scale).to_event(1))
+        with numpyro.plate(plate, x.shape[0]):
+            numpyro.sample("y", dist.Normal((x * coef).sum(-1), config.noise_scale), obs=y)
+
+    return model
+
+
+def _with_numpyro_twin(monkeypatch, plugin, name, **slip):
+    real = plugin.twin("numpyro")
+    path = _fake_twin(
+        monkeypatch, f"fake_{name}_twin", model=_numpyro_model(**slip), make_guide=real.make_guide
+    )
+    return dataclasses.replace(plugin, name=name, backends={**plugin.backends, "numpyro": path})
+
+
+def test_a_spec_missing_a_backend_is_refused(plugin):
+    spec = dataclasses.replace(plugin, name="pyro_only", backends={"pyro": plugin.backends["pyro"]})
+    with pytest.raises(ModelSpecError, match=r"no twin for backend\(s\) \['numpyro'\]") as err:
+        zoo.register(spec)
+    assert "Add 'numpyro' to backends" in str(err.value)
+    assert "pyro_only" not in zoo.list_models()
+
+
+@pytest.mark.parametrize(
+    "slip,message",
+    [
+        ({"coef_site": "weights"}, r"only in the Pyro twin: \['coef'\]"),
+        ({"plate": "rows"}, r"'y' is in plate\(s\) \['data'\] in the Pyro twin but \['rows'\]"),
+    ],
+)
+def test_twins_whose_sites_or_plates_differ_are_refused(monkeypatch, plugin, slip, message):
+    spec = _with_numpyro_twin(monkeypatch, plugin, "mismatched", **slip)
+    with pytest.raises(ModelSpecError, match=message) as err:
+        zoo.register(spec)
+    assert "same name in both twins" in str(err.value)
+    assert "mismatched" not in zoo.list_models()
+
+
+def test_a_guide_that_misses_a_latent_site_is_refused(monkeypatch, plugin):
+    def make_guide(name, config, init):
+        def guide(data, config, temperature=None):  # forgot pyro.sample("coef", ...)
+            pass
+
+        return guide
+
+    path = _fake_twin(monkeypatch, "fake_forgetful_twin", model=plugin.twin("pyro").model)
+    sys.modules[path].make_guide = make_guide
+    spec = dataclasses.replace(plugin, name="forgetful", backends={**plugin.backends, "pyro": path})
+    with pytest.raises(ModelSpecError, match=r"guide 'full_rank' of the Pyro twin") as err:
+        zoo.register(spec)
+    assert "does not sample the latent site(s) ['coef']" in str(err.value)
+    # check_model reports it as the registration failure and skips what would only repeat it.
+    report = testing.check_model(spec, algorithms=["cavi"])
+    assert [r.status for r in report.results] == ["fail", "skip", "skip", "skip"]
+    assert "FAIL  registration" in str(report) and "['coef']" in str(report)
+
+
+def test_a_taken_name_is_refused(plugin):
+    with pytest.raises(ModelSpecError, match="already registered \\(plugin zoo-linear-regression"):
+        zoo.register(plugin)
+    with pytest.raises(ModelSpecError, match="'gmm' is already registered \\(built-in\\)"):
+        zoo.register(dataclasses.replace(plugin, name="gmm"))
+    assert zoo.get_model("gmm").description.startswith("Gaussian mixture")
+
+
+def test_check_model_says_which_contract_a_model_breaks(monkeypatch, plugin):
+    """Same sites, different distributions (a precision read as a scale): registration passes,
+    the log-joint check fails and says what to look for."""
+    spec = _with_numpyro_twin(monkeypatch, plugin, "slipped", precision_as_scale=True)
+    report = testing.check_model(spec, algorithms=[], prior_precision=4.0)
+    assert not report.passed
+    assert report["registration"].passed
+    failure = report["twins_and_log_joint"]
+    assert failure.status == "fail" and "log-joint at the same point differs" in failure.message
+    assert "a scale against a variance or a precision" in failure.message
+    assert "FAIL  twins_and_log_joint" in str(report)
+    with pytest.raises(AssertionError, match="1 passed, 1 failed"):
+        report.raise_for_failures()
+
+
+def test_a_broken_plugin_warns_and_spares_the_rest(monkeypatch, tmp_path, plugin):
+    """One distribution, two entry points: one names a module that is not there, the other a
+    spec whose twins disagree. The first is skipped with a warning naming it; the second is
+    listed, and refused with its plugin named when it is first fetched."""
+    info = tmp_path / "broken_zoo_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-zoo-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[zoo.models]\n"
+        "missing_module = no_such_module_for_zoo_tests:SPEC\n"
+        "mismatched_plugin = fake_plugin_module:SPEC\n"
+    )
+    bad_spec = _with_numpyro_twin(monkeypatch, plugin, "mismatched_plugin", coef_site="w")
+    _fake_twin(monkeypatch, "fake_plugin_module", SPEC=bad_spec)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.warns(zoo.ZooPluginWarning, match="broken-zoo-plugin.*missing_module") as rec:
+            added = zoo.load_plugins()
+        assert "ModuleNotFoundError" in str(rec[0].message)
+        assert added == ["mismatched_plugin"]
+        assert {"gmm", "bayesian_gmm", MODEL, "mismatched_plugin"} <= set(zoo.list_models())
+        assert "missing_module" not in zoo.list_models()
+        with pytest.raises(ModelSpecError, match="from plugin broken-zoo-plugin 0.1") as err:
+            zoo.get_model("mismatched_plugin")
+        assert "only in the Pyro twin: ['coef']" in str(err.value)
+        assert zoo.get_model("gmm").name == "gmm"
+    finally:
+        if "mismatched_plugin" in zoo.list_models():
+            zoo.unregister("mismatched_plugin")

@@ -1,0 +1,142 @@
+"""Data larger than memory: memory-mapped arrays, streams of minibatches, and their faults."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import inference
+from inference.checkpoint import load as load_checkpoint
+from inference.minibatch import PermutedBatches
+from inference.streaming import DataError, StreamEndedError
+
+ROOT = Path(__file__).resolve().parents[1]
+N, B = 300, 50
+PRIORS = dict(K=3)
+
+
+@pytest.fixture
+def mapped(tmp_path, gmm_data):
+    np.save(tmp_path / "x.npy", gmm_data)
+    return np.load(tmp_path / "x.npy", mmap_mode="r")
+
+
+def same_batches(x, seed, num_steps, nan_at=None):
+    """The minibatches a memory-mapped array of ``x`` gives, as a stream."""
+    batches = PermutedBatches(len(x), B, seed)
+    for step in range(num_steps):
+        batch = np.array(x[batches.indices(step)])
+        if step == nan_at:
+            batch[7, 1] = np.nan
+        yield batch
+
+
+def fit(data, backend="numpyro", **kwargs):
+    options = dict(algorithm="svi-natural", backend=backend, progress=False, seed=0, **PRIORS)
+    return inference.fit("bayesian_gmm", data, **{**options, **kwargs})
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_memmap_and_stream_take_the_same_steps(mapped, gmm_data, backend):
+    """A stream of the very minibatches a memory-mapped file gives: the same fit, to the bit;
+    data-dependent defaults and the start come from the first minibatch in both."""
+    res = fit({"x": mapped}, backend, batch_size=B, num_steps=12)
+    assert isinstance(res.data["x"], np.memmap)  # the result refers to the file, no copy
+    assert res.num_data == N and res.options["batch_size"] == B
+    streamed = fit(same_batches(gmm_data, 0, 12), backend, num_data=N, num_steps=12)
+    assert streamed.data is None and streamed.num_data == N
+    np.testing.assert_array_equal(streamed.history["objective"], res.history["objective"])
+    for k in res.raw_params:
+        np.testing.assert_array_equal(streamed.raw_params[k], res.raw_params[k])
+    # Objectives are full-data ELBO estimates (num_data / batch scaling), nats summed over N.
+    assert -6 * N < res.objective < -3 * N
+
+
+def test_gradient_svi_on_a_memmap(mapped):
+    res = inference.fit(
+        "bayesian_gmm",
+        {"x": mapped},
+        "svi",
+        "pyro",
+        guide="enum",
+        batch_size=B,
+        num_steps=20,
+        progress=False,
+        **PRIORS,
+    )
+    h = res.history["objective"]
+    assert np.all(np.isfinite(h)) and -8 * N < h[-5:].mean() < -3 * N
+    with pytest.raises(ValueError, match="cannot be fitted on minibatches"):
+        inference.fit(
+            "bayesian_gmm", {"x": mapped}, "svi", "pyro", guide="gumbel", batch_size=B, **PRIORS
+        )
+
+
+def test_stream_that_ends_early_saves_and_resumes(tmp_path, gmm_data):
+    path = tmp_path / "run.zoo"
+    kwargs = dict(backend="pyro", num_data=N, num_steps=20)
+    full = fit(same_batches(gmm_data, 0, 20), **kwargs)
+    with pytest.raises(StreamEndedError, match="ended after 13 minibatch.*step 14 of num_steps=20"):
+        fit(same_batches(gmm_data, 0, 13), checkpoint=path, **kwargs)
+    header, _ = load_checkpoint(path)
+    assert header["step"] == 13  # the last completed step, saved as the run stopped
+    # Resume: the stream from its start again; the steps taken are skipped.
+    resumed = fit(same_batches(gmm_data, 0, 20), checkpoint=path, resume=True, **kwargs)
+    np.testing.assert_array_equal(resumed.history["objective"], full.history["objective"])
+    for k in full.raw_params:
+        np.testing.assert_array_equal(resumed.raw_params[k], full.raw_params[k])
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_nan_in_a_minibatch_names_the_step(tmp_path, gmm_data, backend):
+    path = tmp_path / "run.zoo"
+    stream = same_batches(gmm_data, 0, 10, nan_at=6)
+    with pytest.raises(DataError, match=r"minibatch of step 7 .*NaN or inf in 1 row\(s\): 7"):
+        fit(stream, backend, num_data=N, num_steps=10, checkpoint=path, checkpoint_every=100)
+    assert load_checkpoint(path)[0]["step"] == 6
+
+
+def test_memmap_with_nan_rows(tmp_path, gmm_data):
+    x = gmm_data.copy()
+    x[np.arange(N) % 7 == 3, 0] = np.nan  # in every minibatch
+    np.save(tmp_path / "bad.npy", x)
+    with pytest.raises(DataError, match="minibatch of step 1 is not valid"):
+        fit({"x": np.load(tmp_path / "bad.npy", mmap_mode="r")}, batch_size=B, num_steps=5)
+
+
+def test_bad_streaming_input(mapped, gmm_data):
+    with pytest.raises(TypeError, match="needs num_data="):
+        fit(iter([gmm_data[:B]]), num_steps=1)
+    with pytest.raises(ValueError, match="batch_size= is for arrays"):
+        fit(iter([gmm_data[:B]]), num_data=N, batch_size=B, num_steps=1)
+    with pytest.raises(ValueError, match="need batch_size="):
+        fit({"x": mapped}, num_steps=1)
+    with pytest.raises(ValueError, match="need a minibatch algorithm"):
+        fit({"x": mapped}, algorithm="cavi", batch_size=B)
+    with pytest.raises(ValueError, match="num_data= is for streams"):
+        fit({"x": gmm_data}, num_data=N)
+    with pytest.raises(DataError, match="step 2 has data\\['x'\\] of shape \\(50, 3\\)"):
+        fit(iter([gmm_data[:B], np.ones((B, 3))]), num_data=N, num_steps=2)
+    with pytest.raises(DataError, match="minibatch of step 1 is not valid.*2 dimensions"):
+        fit(iter([gmm_data[:B, 0]]), num_data=N, num_steps=2)
+
+
+def test_peak_memory_stays_flat_quick(tmp_path):
+    """benchmarks/streaming_memory.py --quick: peak RSS at three sizes, each in a fresh process."""
+    out = tmp_path / "mem.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "streaming_memory.py"), "--quick"]
+        + ["--backend", "pyro"]
+        + ["--out", str(out), "--workdir", str(tmp_path)],
+        check=True,
+        timeout=300,
+    )
+    rows = json.loads(out.read_text())["runs"]
+    assert [r["num_data"] for r in rows] == sorted(r["num_data"] for r in rows)
+    file_mb = rows[-1]["file_mb"]
+    growth = rows[-1]["fit_peak_rss_mb"] - rows[0]["fit_peak_rss_mb"]
+    # The largest file is 10x the smallest; the fit's peak grows by far less than the file.
+    assert growth < 0.25 * file_mb, rows
