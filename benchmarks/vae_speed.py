@@ -56,7 +56,7 @@ def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed):
     return times
 
 
-def zoo_epochs(x, backend, batch_size, lr, epochs, seed, elbo, options):
+def zoo_epochs(x, backend, batch_size, lr, epochs, seed, elbo, options, jit=False):
     res = inference.fit(
         "vae",
         {"x": x},
@@ -68,6 +68,7 @@ def zoo_epochs(x, backend, batch_size, lr, epochs, seed, elbo, options):
         seed=seed,
         elbo=elbo,
         progress=False,
+        jit=jit,
         **options,
     )
     steps = len(x) // batch_size
@@ -100,6 +101,12 @@ def main(argv=None):
         ),
         "zoo Pyro, TraceMeanField_ELBO": zoo_epochs(
             x, "pyro", args.batch_size, lr, args.epochs, seed, "meanfield", options
+        ),
+        "zoo Pyro, JitTrace_ELBO (jit=True)": zoo_epochs(
+            x, "pyro", args.batch_size, lr, args.epochs, seed, "trace", options, jit=True
+        ),
+        "zoo Pyro, JitTraceMeanField_ELBO (jit=True)": zoo_epochs(
+            x, "pyro", args.batch_size, lr, args.epochs, seed, "meanfield", options, jit=True
         ),
         "zoo NumPyro, Trace_ELBO": zoo_epochs(
             x, "numpyro", args.batch_size, lr, args.epochs, seed, "trace", options

@@ -50,6 +50,9 @@ def parse_args(argv=None):
     p.add_argument("--activation", default="tanh", choices=("tanh", "relu", "softplus"))
     p.add_argument("--elbo", default="trace", choices=("trace", "meanfield", "iwae"))
     p.add_argument("--particles", type=int, default=1, help="samples per step (k for iwae)")
+    p.add_argument(
+        "--jit", action="store_true", help="Pyro: compile the ELBO (JitTrace_ELBO; not iwae)"
+    )
     p.add_argument("--eval-k", type=int, default=5000, help="importance samples for log p(x)")
     p.add_argument("--eval-n", type=int, default=None, help="test rows (default: all)")
     p.add_argument("--seed", type=int, default=0)
@@ -222,6 +225,7 @@ def fit(args, train, valid, steps_per_epoch):
         lr=args.lr,
         elbo=args.elbo,
         num_particles=args.particles,
+        jit=args.jit,
         dynamic_binarization=args.protocol == "dynamic",
         validation_data={"x": valid},
         validate_every=steps_per_epoch,

@@ -102,6 +102,7 @@ def fit(
     num_data: int | None = None,
     step_size=(1.0, 0.7),
     data_parallel: bool = False,
+    jit: bool = False,
     **model_options,
 ) -> FitResult:
     """Fit ``model`` to ``data`` with ``algorithm`` on ``backend``; returns a :class:`FitResult`.
@@ -159,6 +160,10 @@ def fit(
         ``svi``: split each step's data over devices (NumPyro: every ``jax.devices()``; Pyro: the
         processes of a ``torch.distributed`` group, e.g. under ``torchrun``). See
         ``docs/scaling.md``.
+    jit : bool
+        ``svi`` on Pyro: compile the ELBO and its gradient with ``torch.jit.trace`` (Pyro's
+        ``JitTrace_ELBO``, ``JitTraceMeanField_ELBO``, ``JitTraceEnum_ELBO``; not ``"iwae"``).
+        The model must have a static structure. NumPyro always compiles (``jax.jit``).
     **model_options :
         The model's own options (for ``bayesian_gmm``: ``K``, ``weight_prior``, priors).
     """
@@ -233,7 +238,7 @@ def fit(
     if data_parallel:
         options["data_parallel"] = True
     if algorithm == "svi-natural":
-        for name, value in (("guide", guide), ("data_parallel", data_parallel)):
+        for name, value in (("guide", guide), ("data_parallel", data_parallel), ("jit", jit)):
             if value:
                 raise ValueError(
                     f"{name}= is an SVI option; algorithm 'svi-natural' does not take it."
@@ -252,6 +257,8 @@ def fit(
             batch_size=batch_size,
             elbo=elbo,
         )
+        if jit:  # recorded only when on, so checkpoints written before the option still resume
+            svi_options["jit"] = True
         options.update(
             svi_options,
             guide=guide,
@@ -274,10 +281,11 @@ def fit(
                 raise ValueError(
                     f"{name}= is an SVI option; algorithm {algorithm!r} does not take it."
                 )
-        if data_parallel:
-            raise ValueError(
-                f"data_parallel= is an SVI option; algorithm {algorithm!r} does not take it."
-            )
+        for name, value in (("data_parallel", data_parallel), ("jit", jit)):
+            if value:
+                raise ValueError(
+                    f"{name}= is an SVI option; algorithm {algorithm!r} does not take it."
+                )
         state = alg.init(problem, init="kmeans" if init is None else init)
     options["dtype"] = problem.dtype
     # A data-parallel Pyro group: the first process writes checkpoints and shows progress.

@@ -89,6 +89,7 @@ class SVIAlgorithm:
         grey: np.ndarray | None = None,
         source=None,
         data_parallel: bool = False,
+        jit: bool = False,
     ) -> SVIState:
         spec = problem.spec
         guide = guide or spec.guides[0]
@@ -153,6 +154,7 @@ class SVIAlgorithm:
             init_temperature=schedule(0),
             data_parallel=bool(data_parallel),
             batch_rows=batch_rows,
+            jit=bool(jit),
         )
         return SVIState(
             problem=problem,

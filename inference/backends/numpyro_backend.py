@@ -148,6 +148,7 @@ class SVIEngine:
         init_temperature=None,
         data_parallel=False,
         batch_rows=None,
+        jit=True,  # always compiled (jax.jit); the option is Pyro's
     ):
         if elbo == "enum":
             from numpyro.contrib.funsor import config_enumerate

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pyro
 import torch
 from pyro import poutine
 from pyro.infer import (
+    JitTrace_ELBO,
+    JitTraceEnum_ELBO,
+    JitTraceMeanField_ELBO,
     RenyiELBO,
     Trace_ELBO,
     TraceEnum_ELBO,
@@ -99,13 +103,46 @@ ELBOS = {
 }
 
 
-def make_elbo(name: str, num_particles: int):
-    """Pyro's estimator for ``name`` (``inference.svi.ELBOS`` lists and explains them)."""
+JIT_ELBOS = {
+    "trace": JitTrace_ELBO,
+    "enum": JitTraceEnum_ELBO,
+    "meanfield": JitTraceMeanField_ELBO,
+}
+
+
+def make_elbo(name: str, num_particles: int, jit: bool = False):
+    """Pyro's estimator for ``name`` (``inference.svi.ELBOS`` lists and explains them); with
+    ``jit``, its ``torch.jit.trace``-compiled twin (Pyro's ``JitTrace*_ELBO``)."""
+    if jit and name not in JIT_ELBOS:
+        raise ValueError(
+            f"jit=True needs one of the elbos {list(JIT_ELBOS)}: Pyro has no compiled {name!r}."
+        )
+    table = JIT_ELBOS if jit else ELBOS
+    options = {"num_particles": num_particles}
+    if jit:  # the tracer's warnings about Python values in the graph are expected here
+        options["ignore_jit_warnings"] = True
     if name == "enum":
-        return TraceEnum_ELBO(max_plate_nesting=1, num_particles=num_particles)
+        return table[name](max_plate_nesting=1, **options)
     if name == "iwae":  # the importance-weighted bound is Renyi's at alpha = 0
         return RenyiELBO(alpha=0, num_particles=num_particles, vectorize_particles=True)
-    return ELBOS[name](num_particles=num_particles)
+    return table[name](**options)
+
+
+def _positional(fn, keys, config):
+    """``fn(data, config, temperature=...)`` called as ``fn(*tensors, rows=...)``.
+
+    ``torch.jit.trace`` (under Pyro's ``JitTrace*_ELBO``) takes tensors as positional inputs and
+    keys its compiled graphs on the other keyword arguments: the data arrays (in ``keys`` order)
+    and the temperature, if any, come positionally; the config is closed over; ``rows`` (the
+    minibatch size) only selects the graph, as the data plate's scale is traced as a constant.
+    """
+
+    def call(*tensors, rows=None):
+        n = len(keys)
+        temperature = tensors[n] if len(tensors) > n else None
+        return fn(dict(zip(keys, tensors[:n], strict=True)), config, temperature=temperature)
+
+    return call
 
 
 def canonical_name(name: str) -> str:
@@ -146,13 +183,22 @@ class SVIEngine:
         init_temperature=None,
         data_parallel=False,
         batch_rows=None,
+        jit=False,
     ):
         self.data, self.config, self.device = data, config, device
         self.group_size = torch.distributed.get_world_size() if data_parallel else 1
         if elbo == "enum":
             model = config_enumerate(model)
-        self.loss = make_elbo(elbo, num_particles)
+        self.loss = make_elbo(elbo, num_particles, jit=jit)
+        if jit:
+            # Pyro's compiled ELBOs rest on torch.jit.trace, which torch now marks deprecated.
+            # One process-wide filter for that message: a catch_warnings() around every step
+            # would reset Python's once-per-location registry and repeat the model's warnings.
+            warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
         self.model, self.guide, self.elbo_name = model, guide, elbo
+        self.keys = tuple(sorted(data))
+        self.model_fn = _positional(model, self.keys, config)
+        self.guide_fn = _positional(guide, self.keys, config)
         pyro.clear_param_store()
         with self._rng():
             torch.manual_seed(seed)
@@ -195,7 +241,10 @@ class SVIEngine:
         with self._rng():
             self._set_rng(self.rng_state)
             loss = self.loss.loss_and_grads(
-                self.model, self.guide, data, self.config, temperature=temperature
+                self.model_fn,
+                self.guide_fn,
+                *self._inputs(data, temperature),
+                rows=len(data[self.keys[0]]),
             )
             if self.group_size > 1:
                 loss = self._average_over_group(loss)
@@ -225,6 +274,11 @@ class SVIEngine:
             p.grad = flat[offset : offset + g.numel()].view_as(g)
             offset += g.numel()
         return float(flat[-1])
+
+    def _inputs(self, data, temperature) -> list:
+        """The positional inputs of ``model_fn`` and ``guide_fn``."""
+        tensors = [data[k] for k in self.keys]
+        return tensors if temperature is None else [*tensors, temperature]
 
     def _temperature(self, temperature):
         if temperature is None:
