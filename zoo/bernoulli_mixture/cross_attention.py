@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from zoo.attention import torch_attention
+from zoo.bernoulli_mixture import as_binary
 
 
 class CrossAttentionCompleter:
@@ -94,8 +95,7 @@ class CrossAttentionCompleter:
             raise ValueError(
                 f"expected x of shape (N, {len(self.observed) + len(self.missing)}); got {x.shape}."
             )
-        if ((x != 0) & (x != 1)).any():
-            raise ValueError("expected binary images (every pixel 0 or 1).")
+        x = as_binary(x, "x")
         rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         params = {
