@@ -14,8 +14,8 @@ mc``) or use the posterior-mean attention (``--predict mean``); softmax attentio
 deterministic. Each training subset is drawn with its seed (the same subset for every variant).
 
 Writes to ``--out``: ``results.json`` (every run), ``results.md`` (mean +- std over seeds) and
-``reliability.png`` (reliability diagrams on clean test digits, largest training size, pooled over
-seeds).
+``reliability.png`` (reliability diagrams on clean test digits at ``--reliability-size``, by
+default the smallest training size, pooled over seeds).
 
     python examples/bayesian_attention.py --quick      # seconds: a smoke run (tests run this)
     python examples/bayesian_attention.py --seeds 0 1 2 --train-sizes 1000 10000 60000
@@ -53,7 +53,10 @@ def parse_args(argv=None):
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--train-sizes", type=int, nargs="+", default=[10000])
     p.add_argument("--num-test", type=int, default=10000, help="test digits (drawn once)")
-    p.add_argument("--epochs", type=float, default=10.0, help="passes over each training set")
+    p.add_argument(
+        "--epochs", type=float, nargs="+", default=[10.0],
+        help="passes over each training set: one value, or one per --train-sizes",
+    )  # fmt: skip
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--elbo", default="meanfield", choices=("trace", "meanfield"))
@@ -66,10 +69,14 @@ def parse_args(argv=None):
     p.add_argument("--kl-weight", type=float, default=0.01, help="weight of the KL term")
     p.add_argument(
         "--kl-anneal-steps", type=int, default=0,
-        help="KL warm-up steps (needs the SVI schedule hook; prepare warns without it)",
+        help="steps of a linear KL warm-up from 1%% of --kl-weight (0: none)",
     )  # fmt: skip
     p.add_argument("--predict", default="mc", choices=("mc", "mean"))
     p.add_argument("--num-samples", type=int, default=10, help="draws for --predict mc")
+    p.add_argument(
+        "--reliability-size", type=int, default=None,
+        help="training size of the reliability diagrams (default: the smallest)",
+    )  # fmt: skip
     p.add_argument("--angles", type=float, nargs="+", default=[30.0, 60.0, 90.0])
     p.add_argument("--backend", default="numpyro", choices=("pyro", "numpyro"))
     p.add_argument("--device", default="cpu")
@@ -80,10 +87,22 @@ def parse_args(argv=None):
     if args.quick:
         args.train_sizes = [500] if args.train_sizes == [10000] else args.train_sizes
         args.num_test = min(args.num_test, 300)
-        args.epochs, args.batch_size, args.lr = 6.0, 100, 3e-3
+        args.epochs, args.batch_size, args.lr = [6.0], 100, 3e-3
         args.width, args.layers, args.num_samples = 16, 1, 4
         if "--backend" not in (sys.argv[1:] if argv is None else argv):
             args.backend = "pyro"  # no compilation: faster for a handful of steps
+    if len(args.epochs) not in (1, len(args.train_sizes)):
+        p.error(
+            f"--epochs takes one value or one per training size ({len(args.train_sizes)}); got "
+            f"{len(args.epochs)}."
+        )
+    args.epochs_by_size = dict(
+        zip(
+            args.train_sizes, args.epochs * (len(args.train_sizes) // len(args.epochs)), strict=True
+        )
+    )
+    if args.reliability_size is not None and args.reliability_size not in args.train_sizes:
+        p.error(f"--reliability-size must be one of --train-sizes; got {args.reliability_size}.")
     return args
 
 
@@ -128,7 +147,7 @@ def evaluate(res, x_test, y_test, rotated, args):
 
 
 def fit_one(attention, x, y, seed, args):
-    steps = max(1, math.ceil(args.epochs * len(x) / args.batch_size))
+    steps = max(1, math.ceil(args.epochs_by_size[len(x)] * len(x) / args.batch_size))
     return inference.fit(
         "bam_classifier",
         {"x": x, "y": y},
@@ -161,14 +180,19 @@ def _cell(values):
     return f"{values.mean():.4f} ± {values.std(ddof=1):.4f}"
 
 
-def markdown_tables(runs, args) -> str:
-    """Mean +- std (over seeds) of every metric, by training size and attention."""
+def markdown_tables(runs, settings) -> str:
+    """Mean +- std (over seeds) of every metric, by training size and attention, and each
+    Bayesian variant's paired difference from softmax attention. ``settings``: the run's
+    options (``results.json``'s ``settings``)."""
     seeds = sorted({r["seed"] for r in runs})
+    s = settings
     head = (
-        f"{len(seeds)} seed(s) {seeds}; backend {args.backend}; elbo {args.elbo}; prior "
-        f"{args.prior}; kl_weight {args.kl_weight}; predict {args.predict}"
-        + (f" ({args.num_samples} draws)" if args.predict == "mc" else "")
-        + f"; {args.num_test} test digits. Mean ± std over seeds (std with ddof=1).\n"
+        f"{len(seeds)} seed(s) {seeds}; backend {s['backend']}; elbo {s['elbo']}; prior "
+        f"{s['prior']}; k {s['concentration']:g}; sigma {s['sigma']:g}; kl_weight "
+        f"{s['kl_weight']:g}, warm-up {s['kl_anneal_steps']} steps; epochs by size "
+        f"{s['epochs_by_size']}; batch {s['batch_size']}; lr {s['lr']:g}; predict {s['predict']}"
+        + (f" ({s['num_samples']} draws)" if s["predict"] == "mc" else "")
+        + f"; {s['num_test']} test digits. Mean ± std over seeds (std with ddof=1).\n"
     )
     groups = {}
     for r in runs:
@@ -186,11 +210,47 @@ def markdown_tables(runs, args) -> str:
     for (n, att), rs in groups.items():
         for angle in rs[0]["rotated"]:
             cells = [_cell([r["rotated"][angle][m] for r in rs]) for m in ROTATED_METRICS]
-            lines.append(f"| {n} | {att} | {angle:g} | " + " | ".join(cells) + " |")
+            lines.append(f"| {n} | {att} | {float(angle):g} | " + " | ".join(cells) + " |")
+    lines.extend(_paired_table(groups))
     return "\n".join(lines) + "\n"
 
 
-def plot_reliability(curves, path, num_bins=15):
+def _paired_table(groups) -> list[str]:
+    """Per training size and Bayesian variant: mean +- std over seeds of (variant - softmax) on
+    the same seed (the same training subset), with the paired t-test's two-sided p-value."""
+    from scipy import stats
+
+    metrics_ = [("clean", "accuracy"), ("clean", "nll"), ("clean", "ece")]
+    angles = next(iter(groups.values()))[0]["rotated"]
+    metrics_ += [(angle, "auroc") for angle in angles]
+    rows = []
+    for (n, att), rs in groups.items():
+        base = {r["seed"]: r for r in groups.get((n, "softmax"), [])}
+        pairs = [(r, base[r["seed"]]) for r in rs if r["seed"] in base]
+        if att == "softmax" or len(pairs) < 2:
+            continue
+        cells = []
+        for where, metric in metrics_:
+
+            def value(r, where=where, metric=metric):
+                return r["clean"][metric] if where == "clean" else r["rotated"][where][metric]
+
+            diff = np.array([value(a) - value(b) for a, b in pairs])
+            p = stats.ttest_rel([value(a) for a, _ in pairs], [value(b) for _, b in pairs]).pvalue
+            cells.append(f"{diff.mean():+.4f} ± {diff.std(ddof=1):.4f} (p={p:.2g})")
+        rows.append(f"| {n} | {att} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    names = [m if w == "clean" else f"AUROC {float(w):g}°" for w, m in metrics_]
+    return [
+        "\n**Bayesian minus softmax, paired by seed** (mean ± std over seeds; p: paired t-test)\n",
+        "| train size | attention | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+        *rows,
+    ]
+
+
+def plot_reliability(curves, path, title, num_bins=15):
     """One reliability diagram per attention variant: accuracy per confidence bin."""
     import matplotlib
 
@@ -213,6 +273,7 @@ def plot_reliability(curves, path, num_bins=15):
         ax.set_title(f"{attention}: ECE {ece:.3f}", fontsize=9)
     axes[0][0].set_ylabel("accuracy")
     axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -229,7 +290,7 @@ def main(argv=None):
     rotated = {angle: rotate(x_test, angle) for angle in args.angles}
 
     runs, curves = [], {}
-    largest = max(args.train_sizes)
+    shown = min(args.train_sizes) if args.reliability_size is None else args.reliability_size
     for n in args.train_sizes:
         for seed in args.seeds:
             rows = np.random.default_rng(seed).choice(len(x_train_all), n, replace=False)
@@ -250,17 +311,18 @@ def main(argv=None):
                         **row,
                     }
                 )
-                if n == largest:
+                if n == shown:
                     probs, labels = curves.get(attention, (np.zeros((0, 10)), np.zeros(0, int)))
                     curves[attention] = (np.r_[probs, clean], np.r_[labels, y_test])
 
-    table = markdown_tables(runs, args)
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "data_dir", "json")}
+    table = markdown_tables(runs, settings)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(table)
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "data_dir", "json")}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"settings": settings, "runs": runs}, f, indent=2)
-    plot_reliability(curves, os.path.join(args.out, "reliability.png"))
+    title = f"clean test digits, {shown} training images, {len(args.seeds)} seed(s) pooled"
+    plot_reliability(curves, os.path.join(args.out, "reliability.png"), title)
     print(table)
     print(f"written: {args.out}/results.md, results.json, reliability.png")
     summary = {"settings": settings, "runs": runs}

@@ -145,12 +145,23 @@ def test_kl_weibull_gamma_against_numpyro_registry_and_monte_carlo():
 def test_kl_lognormal_against_torch_numpyro_and_monte_carlo():
     loc_q, scale_q, loc_p, scale_p = LN
     ours_jax = np.asarray(J.kl_lognormal_lognormal(loc_q, scale_q, loc_p, scale_p))
-    # torch already has it (LogNormal is an exp-transformed Normal); we use torch's.
+    # torch already has it (LogNormal is an exp-transformed Normal); ours is registered for
+    # Pyro's LogNormal and computes the scales' terms on their distinct values.
     torch_ref = torch_kl(
         torch.distributions.LogNormal(_t(loc_q), _t(scale_q)),
         torch.distributions.LogNormal(_t(loc_p), _t(scale_p)),
     ).numpy()
     np.testing.assert_allclose(T.kl_lognormal_lognormal(*map(_t, LN)).numpy(), torch_ref)
+    pyro_pair = (pdist.LogNormal(_t(loc_q), _t(scale_q)), pdist.LogNormal(_t(loc_p), _t(scale_p)))
+    np.testing.assert_allclose(torch_kl(*pyro_pair).numpy(), torch_ref)
+    # Broadcast (stride-0) scales give the same values as materialised ones.
+    shape = (5,) + np.shape(loc_q)
+    full_scale = torch.full(np.shape(loc_q), 0.3, dtype=torch.float64)
+    materialised = T.kl_lognormal_lognormal(_t(loc_q), full_scale, _t(loc_p), _t(scale_p))
+    expanded = T.kl_lognormal_lognormal(
+        _t(loc_q).expand(shape), _t(0.3).expand(shape), _t(loc_p).expand(shape), _t(scale_p)
+    )
+    np.testing.assert_allclose(expanded.numpy(), materialised.expand(shape).numpy())
     np.testing.assert_allclose(ours_jax, torch_ref, rtol=1e-12)
     normal_ref = numpyro_kl(ndist.Normal(loc_q, scale_q), ndist.Normal(loc_p, scale_p))
     np.testing.assert_allclose(ours_jax, normal_ref, rtol=1e-12)
@@ -526,3 +537,21 @@ def test_mean_field_elbo_uses_the_registered_kl():
 
     loss = numpyro.infer.TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), {}, nmodel, nguide)
     np.testing.assert_allclose(loss, expected, rtol=1e-12)
+
+
+def test_compact_views_and_broadcast_gamma():
+    """``compact`` keeps one entry along each stride-0 dimension; BroadcastGamma's log-density
+    (lgamma on those entries only) is the Gamma's."""
+    from zoo.bayesian_attention.torch_distributions import BroadcastGamma, compact
+
+    alpha = _t(np.random.default_rng(3).uniform(0.5, 3.0, (2, 1, 5))).expand(2, 4, 5)
+    assert compact(alpha).shape == (2, 1, 5)
+    assert compact(_t(1.5).expand(3, 2)).shape == (1, 1)
+    assert compact(alpha.contiguous()).shape == (2, 4, 5)  # materialised: nothing to drop
+    torch.testing.assert_close(compact(alpha).expand(2, 4, 5), alpha)
+    value = _t(np.random.default_rng(4).uniform(0.1, 2.0, (2, 4, 5)))
+    beta = _t(0.7).expand(2, 4, 5)
+    expected = torch.distributions.Gamma(alpha.contiguous(), beta.contiguous()).log_prob(value)
+    torch.testing.assert_close(BroadcastGamma(alpha, beta).log_prob(value), expected)
+    expanded = BroadcastGamma(alpha[:1, :1], 0.7).expand((2, 4, 5))
+    assert isinstance(expanded, BroadcastGamma) and expanded.batch_shape == (2, 4, 5)

@@ -247,6 +247,58 @@ def test_numpyro_objectives_agree_with_pyro_and_gradients_flow(data):
     assert np.abs(grad_q).max() > 0
 
 
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_model_reusing_the_guides_pass_matches_its_own_pass(data, backend):
+    """The model replaying the guide's own draws reads the guide's pass (keys, class logits);
+    given equal draws that are other objects it runs its own network: the same log-densities,
+    and in Pyro the same gradients."""
+    options = dict(attention="weibull", prior="contextual", attention_mask=_mask())
+    _, config, batch = _backend_problem(backend, data, **options)
+    init = _pyro_params(*_backend_problem("pyro", data, **options)[1:])
+    model = SPEC.build_model(backend, config, init)
+    guide = SPEC.twin(backend).make_guide("amortized", config, init)
+    sites = ["attention_0", "attention_1", "y"]
+    if backend == "pyro":
+        import pyro
+        import torch
+        from pyro import poutine
+
+        pyro.clear_param_store()
+        results = []
+        for copy in (False, True):
+            torch.manual_seed(0)
+            g = poutine.trace(guide).get_trace(batch, config)
+            if copy:
+                for name in sites[:-1]:
+                    g.nodes[name]["value"] = g.nodes[name]["value"].clone()
+            m = poutine.trace(poutine.replay(model, trace=g)).get_trace(batch, config)
+            log_p = [m.nodes[name]["fn"].log_prob(m.nodes[name]["value"]).sum() for name in sites]
+            params = [pyro.param(name) for name in sorted(pyro.get_param_store().keys())]
+            grads = torch.autograd.grad(sum(log_p), params, allow_unused=True)
+            results.append(([float(v.detach()) for v in log_p], grads))
+        (reused, reused_grads), (own, own_grads) = results
+        for a, b in zip(reused_grads, own_grads, strict=True):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b)
+    else:
+        import jax
+        import jax.numpy as jnp
+        from numpyro import handlers
+
+        results = []
+        for copy in (False, True):
+            g = handlers.trace(handlers.seed(guide, jax.random.PRNGKey(0))).get_trace(batch, config)
+            if copy:
+                for name in sites[:-1]:
+                    g[name]["value"] = jnp.array(g[name]["value"], copy=True)
+            seeded = handlers.seed(model, jax.random.PRNGKey(1))
+            m = handlers.trace(handlers.replay(seeded, trace=g)).get_trace(batch, config)
+            results.append([float(m[n]["fn"].log_prob(m[n]["value"]).sum()) for n in sites])
+        reused, own = results
+    np.testing.assert_allclose(reused, own, rtol=1e-10)
+
+
 @pytest.mark.parametrize("attention", ["weibull", "lognormal"])
 def test_pyro_gradients_flow_through_the_draws(data, attention):
     """The query projection gets a gradient only through the guide's reparameterised draws."""

@@ -12,17 +12,16 @@ from pyro import poutine
 from pyro.infer import (
     JitTrace_ELBO,
     JitTraceEnum_ELBO,
-    JitTraceMeanField_ELBO,
     RenyiELBO,
     Trace_ELBO,
     TraceEnum_ELBO,
-    TraceMeanField_ELBO,
     config_enumerate,
 )
 
 from inference.backends import tree_codec
 from inference.backends.common import check_dtype, convert_config
 from inference.backends.ops import TorchOps
+from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
 
 NAME = "pyro"
 ops = TorchOps()
@@ -98,7 +97,7 @@ def compile_step(fn):
 ELBOS = {
     "trace": Trace_ELBO,
     "enum": TraceEnum_ELBO,
-    "meanfield": TraceMeanField_ELBO,
+    "meanfield": MeanFieldELBO,  # TraceMeanField_ELBO minus the log-densities it does not use
     "iwae": RenyiELBO,
 }
 
@@ -106,7 +105,7 @@ ELBOS = {
 JIT_ELBOS = {
     "trace": JitTrace_ELBO,
     "enum": JitTraceEnum_ELBO,
-    "meanfield": JitTraceMeanField_ELBO,
+    "meanfield": JitMeanFieldELBO,
 }
 
 
@@ -161,6 +160,11 @@ class SVIEngine:
     global store, so one Pyro fit runs at a time in a process.
     ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None);
     ``step(temperature, batch=...)`` on a minibatch given as tensors (``inference.streaming``).
+
+    Pyro's validation (on unless switched off) checks the model and guide at their first
+    evaluation, here in the constructor; the steps run without it: the zoo's models have a
+    static structure, so the checks would find nothing new and cost time at every step (the
+    mean-field ELBO also needs them off to skip the log-densities it does not use).
 
     With ``data_parallel=True`` this process is one of a ``torch.distributed`` group (each
     process holds its share of the rows, the model scales them by ``num_data / rows``): after
@@ -238,7 +242,7 @@ class SVIEngine:
         """One gradient step; a non-finite loss leaves the parameters as they were."""
         temperature = self._temperature(temperature)
         data = self.batch(rows) if batch is None else batch
-        with self._rng():
+        with self._rng(), pyro.validation_enabled(False):
             self._set_rng(self.rng_state)
             loss = self.loss.loss_and_grads(
                 self.model_fn,

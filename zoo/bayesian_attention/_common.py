@@ -6,6 +6,7 @@ values and skip the checks for values that are being traced).
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -136,3 +137,73 @@ def check_noise_shape(noise_shape, expected_shape) -> None:
         raise ValueError(
             f"expected noise of shape {tuple(expected_shape)}; got {tuple(noise_shape)}."
         )
+
+
+# ------------------------------------------------------------------------------ the guide's pass
+
+
+class GuidePass:
+    """The guide's forward pass of the classifier: what the model needs to skip its own.
+
+    Given the same images and the same attention draws, the model's forward pass is the guide's:
+    the same keys, the same class logits. The guide records them; the model, when it replays
+    exactly these draws (the ELBO's ``replay(model, guide_trace)``), reads them instead of running
+    the network a second time, which would also double the backward pass.
+
+    Attributes
+    ----------
+    x : array
+        The images the guide saw (matched by identity).
+    blocks : list
+        The guide's transformer blocks (their contextual-prior networks give the model's prior);
+        the guide has bound them to the parameter store for this evaluation, so a model that
+        reuses the pass need not bind its own network.
+    keys, logits, draws : list
+        Per layer: the keys (..., heads, tokens, head_dim), the attention logits and the guide's
+        draw of the attention weights (matched by identity).
+    class_logits : array
+        The class logits of the pass with these draws.
+    """
+
+    __slots__ = ("x", "blocks", "keys", "logits", "draws", "class_logits")
+
+    def __init__(self, x, blocks):
+        self.x, self.blocks = x, blocks
+        self.keys, self.logits, self.draws = [], [], []
+        self.class_logits = None
+
+
+_last_guide_pass = threading.local()
+
+
+def remember_guide_pass(record: GuidePass) -> None:
+    """Keep the guide's pass for the next model call on this thread (replacing any older one)."""
+    _last_guide_pass.value = record
+
+
+def take_guide_pass(x) -> GuidePass | None:
+    """The pass the guide last recorded if it was on these very images (``x`` the same object),
+    else None; either way the slot is emptied, so a pass is offered to one model call only."""
+    record = getattr(_last_guide_pass, "value", None)
+    _last_guide_pass.value = None
+    if record is None or record.x is not x or record.class_logits is None:
+        return None
+    return record
+
+
+def replay_guide_pass(record: GuidePass | None, sample_prior, draws: list):
+    """The model's side of :class:`GuidePass`: its class logits, or None.
+
+    Draws every attention site from the prior at the guide's keys (``sample_prior(i, attn,
+    keys, logits) -> draw``, appending each draw to ``draws``) while the draws are the guide's
+    own; returns the guide's class logits if all are. On the first draw that is not (or without
+    a record) it returns None, and the model runs its own pass, reusing the ``draws`` made.
+    """
+    if record is None:
+        return None
+    for i, block in enumerate(record.blocks):
+        draw = sample_prior(i, block.attn, record.keys[i], record.logits[i])
+        draws.append(draw)
+        if draw is not record.draws[i]:
+            return None
+    return record.class_logits

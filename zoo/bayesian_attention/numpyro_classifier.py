@@ -18,6 +18,12 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.contrib.module import eqx_module
 
+from zoo.bayesian_attention._common import (
+    GuidePass,
+    remember_guide_pass,
+    replay_guide_pass,
+    take_guide_pass,
+)
 from zoo.bayesian_attention.classifier import kl_weight_schedule
 from zoo.bayesian_attention.jax_bam import (
     ContextualPrior,
@@ -166,18 +172,14 @@ def _merge_heads(o):
     return o.reshape(*o.shape[:-2], -1)
 
 
-def features(net: Transformer, x, config, attend, until_last_attention=False):
-    """Token states after the blocks, (..., tokens, width); ``attend`` and
-    ``until_last_attention`` as in the Pyro twin."""
+def features(net: Transformer, x, config, attend):
+    """Token states after the blocks, (..., tokens, width); ``attend`` as in the Pyro twin."""
     h = _linear(patchify(x, config), net.embed) + net.pos
     for i, block in enumerate(net.blocks):
         a = block.norm1(h)
         attn = block.attn
         q, k, v = (_split_heads(_linear(a, f), config.num_heads) for f in (attn.q, attn.k, attn.v))
-        out = attend(i, attn, q, k, v)
-        if until_last_attention and i == len(net.blocks) - 1:
-            return None
-        h = h + _linear(_merge_heads(out), attn.out)
+        h = h + _linear(_merge_heads(attend(i, attn, q, k, v)), attn.out)
         h = h + block.mlp(block.norm2(h))
     return h
 
@@ -314,19 +316,28 @@ def _kl_scale(config, temperature):
 def make_model(config, init=None):
     def model(data, config, temperature=None, num_data=None):
         x, y = data["x"], data["y"]
-        net = eqx_module("net", network(config, init, x))
         mask = _mask(config)
+        draws = []  # attention sites already drawn
+
+        def sample_prior(i, attn, k, logits):
+            with _kl_scale(config, temperature):
+                return numpyro.sample(f"attention_{i}", prior(config, attn, k, logits, mask))
 
         def attend(i, attn, q, k, v):
             logits = attention_logits(q, k)
             if config.attention == "softmax":
                 return jnp.exp(masked_log_softmax(logits, mask)) @ v
-            with _kl_scale(config, temperature):
-                s = numpyro.sample(f"attention_{i}", prior(config, attn, k, logits, mask))
+            s = draws[i] if i < len(draws) else sample_prior(i, attn, k, logits)
             return _normalize(s, mask) @ v
 
         with data_plate(x.shape[0], num_data):
-            logits = class_logits(net, features(net, x, config, attend))
+            logits = None
+            if config.attention != "softmax":
+                record = take_guide_pass(x)
+                logits = replay_guide_pass(record, sample_prior, draws)
+            if logits is None:  # no pass to reuse: the model's own
+                net = eqx_module("net", network(config, init, x))
+                logits = class_logits(net, features(net, x, config, attend))
             numpyro.sample("y", dist.Categorical(logits=logits), obs=y.astype(jnp.int32))
 
     return model
@@ -334,7 +345,7 @@ def make_model(config, init=None):
 
 def make_guide(name, config, init=None):
     """``"amortized"``: q(S_l | x, S_<l) from the network's own attention logits (empty for
-    softmax attention)."""
+    softmax attention); it leaves its pass for the model, as in the Pyro twin."""
     if name != "amortized":
         raise ValueError(
             f"Unknown guide {name!r} for 'bam_classifier'; valid guides are ['amortized']."
@@ -346,17 +357,20 @@ def make_guide(name, config, init=None):
         x = data["x"]
         net = eqx_module("net", network(config, init, x))
         mask = _mask(config)
-        last = config.num_layers - 1
+        record = GuidePass(x, net.blocks)
 
         def attend(i, attn, q, k, v):
+            logits = attention_logits(q, k)
             with _kl_scale(config, temperature):
-                s = numpyro.sample(
-                    f"attention_{i}", posterior(config, attention_logits(q, k), mask)
-                )
-            return None if i == last else _normalize(s, mask) @ v
+                s = numpyro.sample(f"attention_{i}", posterior(config, logits, mask))
+            record.keys.append(k)
+            record.logits.append(logits)
+            record.draws.append(s)
+            return _normalize(s, mask) @ v
 
         with data_plate(x.shape[0], num_data):
-            features(net, x, config, attend, until_last_attention=True)
+            record.class_logits = class_logits(net, features(net, x, config, attend))
+        remember_guide_pass(record)
 
     return guide
 

@@ -76,15 +76,13 @@ def kl_weibull_gamma(concentration, log_scale, alpha, beta):
     -------
     array, the broadcast shape of the arguments
     """
+    k = concentration
     log_beta = jnp.log(beta)
-    mean_term = jnp.exp(log_scale + log_beta + gammaln(1 + 1 / concentration))
-    return (
-        jnp.log(concentration)
-        + gammaln(alpha)
-        + alpha * (EULER_GAMMA / concentration - log_scale - log_beta)
-        + mean_term
-        - (EULER_GAMMA + 1)
+    constant = (
+        jnp.log(k) + gammaln(alpha) + alpha * (EULER_GAMMA / k - log_beta) - (EULER_GAMMA + 1)
     )
+    mean_factor = beta * jnp.exp(gammaln(1 + 1 / k))  # E[S] / lambda, times beta
+    return constant - alpha * log_scale + mean_factor * jnp.exp(log_scale)
 
 
 def kl_lognormal_lognormal(loc_q, scale_q, loc_p, scale_p):

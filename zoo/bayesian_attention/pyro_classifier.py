@@ -17,6 +17,12 @@ import torch
 from pyro import poutine
 from torch import nn
 
+from zoo.bayesian_attention._common import (
+    GuidePass,
+    remember_guide_pass,
+    replay_guide_pass,
+    take_guide_pass,
+)
 from zoo.bayesian_attention.classifier import kl_weight_schedule
 from zoo.bayesian_attention.torch_bam import (
     ContextualPrior,
@@ -26,7 +32,7 @@ from zoo.bayesian_attention.torch_bam import (
     weibull_log_scale,
     weibull_log_weights,
 )
-from zoo.bayesian_attention.torch_distributions import LogScaleWeibull
+from zoo.bayesian_attention.torch_distributions import BroadcastGamma, LogScaleWeibull
 from zoo.plates import pyro_data_plate as data_plate
 from zoo.weights import torch_module
 
@@ -120,23 +126,19 @@ def _merge_heads(o):
     return o.reshape(*o.shape[:-2], -1)
 
 
-def features(net: Transformer, x: torch.Tensor, config, attend, until_last_attention=False):
+def features(net: Transformer, x: torch.Tensor, config, attend):
     """Token states after the blocks, shape (..., tokens, width).
 
     ``attend(layer, attn, q, k, v) -> (..., heads, tokens, head_dim)`` computes every attention
     layer (``q``, ``k``, ``v``: (..., heads, tokens, head_dim)); it may add batch dimensions on
-    the left (particles, Monte-Carlo draws), which then broadcast through the rest. With
-    ``until_last_attention`` (the guide) the last ``attend`` ends the pass and None is returned.
+    the left (particles, Monte-Carlo draws), which then broadcast through the rest.
     """
     h = net.embed(patchify(x, config)) + net.pos
     for i, block in enumerate(net.blocks):
         a = block.norm1(h)
         attn = block.attn
         q, k, v = (_split_heads(f(a), config.num_heads) for f in (attn.q, attn.k, attn.v))
-        out = attend(i, attn, q, k, v)
-        if until_last_attention and i == len(net.blocks) - 1:
-            return None
-        h = h + attn.out(_merge_heads(out))
+        h = h + attn.out(_merge_heads(attend(i, attn, q, k, v)))
         h = h + block.mlp(block.norm2(h))
     return h
 
@@ -165,7 +167,8 @@ def _mask(config, like):
 
 
 def _full(like, value):
-    return like.new_full(like.shape, float(value))
+    """``value`` broadcast to ``like``'s shape: a stride-0 view (see ``compact``)."""
+    return like.new_tensor(float(value)).expand(like.shape)
 
 
 def prior(config, attn: Attention, k, logits, mask):
@@ -185,7 +188,7 @@ def prior(config, attn: Attention, k, logits, mask):
             alpha = alpha.expand(shape)
         else:
             alpha = _full(logits, config.prior_alpha)
-        base = dist.Gamma(alpha, _full(logits, config.prior_beta), validate_args=False)
+        base = BroadcastGamma(alpha, _full(logits, config.prior_beta), validate_args=False)
     elif config.attention == "lognormal":
         if contextual:
             log_m = log_w
@@ -258,19 +261,28 @@ def make_model(config, init=None):
 
     def model(data, config, temperature=None, num_data=None):
         x, y = data["x"], data["y"]
-        net = _registered(nets, config, init, x)
         mask = _mask(config, x)
+        draws = []  # attention sites already drawn
+
+        def sample_prior(i, attn, k, logits):
+            with _kl_scale(config, temperature):
+                return pyro.sample(f"attention_{i}", prior(config, attn, k, logits, mask))
 
         def attend(i, attn, q, k, v):
             logits = attention_logits(q, k)
             if config.attention == "softmax":
                 return masked_log_softmax(logits, mask).exp() @ v
-            with _kl_scale(config, temperature):
-                s = pyro.sample(f"attention_{i}", prior(config, attn, k, logits, mask))
+            s = draws[i] if i < len(draws) else sample_prior(i, attn, k, logits)
             return _normalize(s, mask) @ v
 
         with data_plate(x.shape[0], num_data):
-            logits = class_logits(net, features(net, x, config, attend))
+            logits = None
+            if config.attention != "softmax":
+                record = take_guide_pass(x)
+                logits = replay_guide_pass(record, sample_prior, draws)
+            if logits is None:  # no pass to reuse: the model's own
+                net = _registered(nets, config, init, x)
+                logits = class_logits(net, features(net, x, config, attend))
             labels = dist.Categorical(logits=logits, validate_args=False)  # prepare() checked y
             pyro.sample("y", labels, obs=y.long())
 
@@ -279,7 +291,8 @@ def make_model(config, init=None):
 
 def make_guide(name, config, init=None):
     """``"amortized"``: q(S_l | x, S_<l) from the network's own attention logits (empty for
-    softmax attention)."""
+    softmax attention). The guide runs the whole network and leaves its pass
+    (:class:`~zoo.bayesian_attention._common.GuidePass`) for the model that replays its draws."""
     if name != "amortized":
         raise ValueError(
             f"Unknown guide {name!r} for 'bam_classifier'; valid guides are ['amortized']."
@@ -292,15 +305,20 @@ def make_guide(name, config, init=None):
         x = data["x"]
         net = _registered(nets, config, init, x)
         mask = _mask(config, x)
-        last = config.num_layers - 1
+        record = GuidePass(x, net.blocks)
 
         def attend(i, attn, q, k, v):
+            logits = attention_logits(q, k)
             with _kl_scale(config, temperature):
-                s = pyro.sample(f"attention_{i}", posterior(config, attention_logits(q, k), mask))
-            return None if i == last else _normalize(s, mask) @ v
+                s = pyro.sample(f"attention_{i}", posterior(config, logits, mask))
+            record.keys.append(k)
+            record.logits.append(logits)
+            record.draws.append(s)
+            return _normalize(s, mask) @ v
 
         with data_plate(x.shape[0], num_data):
-            features(net, x, config, attend, until_last_attention=True)
+            record.class_logits = class_logits(net, features(net, x, config, attend))
+        remember_guide_pass(record)
 
     return guide
 

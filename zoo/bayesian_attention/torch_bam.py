@@ -47,6 +47,7 @@ from zoo.bayesian_attention._common import (
 from zoo.bayesian_attention.torch_distributions import (
     LogScaleWeibull,
     clamp_uniform,
+    compact,
     kl_lognormal_lognormal,
     kl_weibull_gamma,
 )
@@ -116,7 +117,7 @@ def weibull_log_scale(log_p: torch.Tensor, concentration) -> torch.Tensor:
     concentration : float or Tensor broadcastable to ``log_p``
         The Weibull shape :math:`k > 0`.
     """
-    k = torch.as_tensor(concentration, dtype=log_p.dtype, device=log_p.device)
+    k = compact(torch.as_tensor(concentration, dtype=log_p.dtype, device=log_p.device))
     return log_p - torch.lgamma(1 + 1 / k)
 
 
@@ -136,7 +137,7 @@ def weibull_log_weights(log_p: torch.Tensor, concentration, u: torch.Tensor) -> 
     -------
     Tensor, the broadcast shape of ``log_p`` and ``u``
     """
-    k = torch.as_tensor(concentration, dtype=log_p.dtype, device=log_p.device)
+    k = compact(torch.as_tensor(concentration, dtype=log_p.dtype, device=log_p.device))
     return weibull_log_scale(log_p, k) + torch.log(-torch.log1p(-clamp_uniform(u))) / k
 
 

@@ -7,23 +7,50 @@ for ``pyro.distributions.Weibull`` and ``pyro.distributions.Gamma``, their subcl
 ``TraceMeanField_ELBO`` use the closed form. :mod:`zoo.bayesian_attention.torch_bam` imports
 this module.
 
-torch already has :math:`\mathrm{KL}(\mathrm{LogNormal} \| \mathrm{LogNormal})`: ``LogNormal``
-is a ``TransformedDistribution`` of a ``Normal`` by ``exp``, and torch's rule for two transformed
-distributions with the same transforms returns the KL of the base normals. It is used as is.
+torch already has :math:`\mathrm{KL}(\mathrm{LogNormal} \| \mathrm{LogNormal})` (the KL of the
+base normals). For Pyro's ``LogNormal`` this module registers :func:`kl_lognormal_lognormal`,
+the same value with the terms of broadcast scales computed once per distinct value, which the
+Pyro twin's mean-field ELBO then uses.
 """
 
 from __future__ import annotations
 
+import pyro.distributions
 import torch
 from pyro.distributions import constraints
 from pyro.distributions.torch_distribution import TorchDistribution
-from torch.distributions import Gamma, LogNormal, Weibull
-from torch.distributions.kl import kl_divergence, register_kl
+from torch.distributions import Gamma, Weibull
+from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from zoo.bayesian_attention._common import EULER_GAMMA
 
-__all__ = ["LogScaleWeibull", "clamp_uniform", "kl_lognormal_lognormal", "kl_weibull_gamma"]
+__all__ = [
+    "BroadcastGamma",
+    "LogScaleWeibull",
+    "clamp_uniform",
+    "compact",
+    "kl_lognormal_lognormal",
+    "kl_weibull_gamma",
+]
+
+
+def compact(t: torch.Tensor) -> torch.Tensor:
+    """The distinct values of a broadcast (``expand``-ed) tensor: size 1 along every dimension
+    of stride 0, a view that broadcasts back to ``t``.
+
+    Distribution parameters are broadcast to the batch shape as stride-0 views (a Weibull shape
+    ``k`` shared by every attention weight, a contextual Gamma shape that varies over keys but
+    not queries). Special functions of them (``lgamma``, ``log``) cost one evaluation per
+    element of the view; of the compact view, one per distinct value.
+    """
+    if not isinstance(t, torch.Tensor) or t.dim() == 0:
+        return t
+    index = tuple(
+        slice(0, 1) if stride == 0 and size > 1 else slice(None)
+        for size, stride in zip(t.shape, t.stride(), strict=True)
+    )
+    return t[index]
 
 
 def clamp_uniform(u: torch.Tensor) -> torch.Tensor:
@@ -58,24 +85,31 @@ def kl_weibull_gamma(concentration, log_scale, alpha, beta) -> torch.Tensor:
     """
     log_scale = torch.as_tensor(log_scale)
     k, alpha, beta = (
-        torch.as_tensor(a, dtype=log_scale.dtype, device=log_scale.device)
+        compact(torch.as_tensor(a, dtype=log_scale.dtype, device=log_scale.device))
         for a in (concentration, alpha, beta)
     )
+    # Grouped so that only three products touch the full shape of log_scale; the rest has the
+    # (often much smaller) shapes of the parameters.
     log_beta = torch.log(beta)
-    mean_term = torch.exp(log_scale + log_beta + torch.lgamma(1 + 1 / k))
-    return (
+    constant = (
         torch.log(k)
         + torch.lgamma(alpha)
-        + alpha * (EULER_GAMMA / k - log_scale - log_beta)
-        + mean_term
+        + alpha * (EULER_GAMMA / k - log_beta)
         - (EULER_GAMMA + 1)
     )
+    mean_factor = beta * torch.exp(torch.lgamma(1 + 1 / k))  # E[S] / lambda, times beta
+    return constant - alpha * log_scale + mean_factor * torch.exp(log_scale)
 
 
 def kl_lognormal_lognormal(loc_q, scale_q, loc_p, scale_p) -> torch.Tensor:
     r""":math:`\mathrm{KL}(\mathrm{LogNormal}(\mu_q, \sigma_q) \| \mathrm{LogNormal}(\mu_p,
-    \sigma_p))`, elementwise, by torch's own ``kl_divergence`` (equal to the KL of the normals
-    of the logs).
+    \sigma_p))`, elementwise: the KL of the normals of the logs (invariant under ``exp``),
+
+    .. math::
+        \log\frac{\sigma_p}{\sigma_q} + \frac{\sigma_q^2 + (\mu_q - \mu_p)^2}{2\sigma_p^2}
+        - \frac12,
+
+    with the terms of the scales alone evaluated once per distinct value (see :func:`compact`).
 
     Parameters
     ----------
@@ -86,9 +120,11 @@ def kl_lognormal_lognormal(loc_q, scale_q, loc_p, scale_p) -> torch.Tensor:
     -------
     Tensor, the broadcast shape of the arguments
     """
-    q = LogNormal(*broadcast_all(loc_q, scale_q), validate_args=False)
-    p = LogNormal(*broadcast_all(loc_p, scale_p), validate_args=False)
-    return kl_divergence(q, p)
+    loc_q, scale_q, loc_p, scale_p = broadcast_all(loc_q, scale_q, loc_p, scale_p)
+    scale_q, scale_p = compact(scale_q), compact(scale_p)
+    ratio = scale_q / scale_p
+    constant = (ratio.square() - 1) / 2 - torch.log(ratio)
+    return constant + (loc_q - loc_p).square() / (2 * scale_p.square())
 
 
 class LogScaleWeibull(TorchDistribution):
@@ -96,9 +132,9 @@ class LogScaleWeibull(TorchDistribution):
 
     Density :math:`f(x) = \frac{k}{\lambda}(x/\lambda)^{k-1} e^{-(x/\lambda)^k}` on
     :math:`x > 0` with :math:`\lambda = e^{\text{log\_scale}}`, computed in log space. Draws are
-    :math:`x = \lambda (-\log(1 - u))^{1/k}` with :math:`u \sim U(0, 1)`, differentiable in both
-    parameters, so a guide can ``pyro.sample`` it under ``Trace_ELBO`` or, against a ``Gamma``
-    prior, ``TraceMeanField_ELBO`` (the KL is registered).
+    :math:`x = \lambda (-\log(1 - u))^{1/k}` with :math:`u \sim U(0, 1)`, differentiable in
+    both parameters, so a guide can ``pyro.sample`` it under ``Trace_ELBO``
+    or, against a ``Gamma`` prior, ``TraceMeanField_ELBO`` (the KL is registered).
 
     Parameters
     ----------
@@ -140,12 +176,12 @@ class LogScaleWeibull(TorchDistribution):
         u = clamp_uniform(
             torch.rand(shape, dtype=self.log_scale.dtype, device=self.log_scale.device)
         )
-        return torch.exp(self.log_scale + torch.log(-torch.log1p(-u)) / self.concentration)
+        return torch.exp(self.log_scale + torch.log(-torch.log1p(-u)) / compact(self.concentration))
 
     def log_prob(self, value) -> torch.Tensor:
         if self._validate_args:
             self._validate_sample(value)
-        k = self.concentration
+        k = compact(self.concentration)
         z = torch.log(value) - self.log_scale
         return torch.log(k) - self.log_scale + (k - 1) * z - torch.exp(k * z)
 
@@ -168,6 +204,27 @@ class LogScaleWeibull(TorchDistribution):
         return EULER_GAMMA * (1 - 1 / k) + self.log_scale - torch.log(k) + 1
 
 
+class BroadcastGamma(pyro.distributions.Gamma):
+    """Pyro's ``Gamma``, with ``lgamma`` of the shape evaluated once per distinct value (see
+    :func:`compact`): the same distribution and log-density, for a shape broadcast over many
+    elements (a contextual prior's shape per key, shared by every query)."""
+
+    def expand(self, batch_shape, _instance=None):
+        return super().expand(batch_shape, self._get_checked_instance(BroadcastGamma, _instance))
+
+    def log_prob(self, value) -> torch.Tensor:
+        value = torch.as_tensor(value, dtype=self.rate.dtype, device=self.rate.device)
+        if self._validate_args:
+            self._validate_sample(value)
+        alpha, rate = compact(self.concentration), compact(self.rate)
+        return (
+            torch.xlogy(alpha, rate)
+            + torch.xlogy(alpha - 1, value)
+            - rate * value
+            - torch.lgamma(alpha)
+        )
+
+
 @register_kl(Weibull, Gamma)
 def _kl_weibull_gamma(p, q):
     return kl_weibull_gamma(p.concentration, torch.log(p.scale), q.concentration, q.rate)
@@ -176,3 +233,8 @@ def _kl_weibull_gamma(p, q):
 @register_kl(LogScaleWeibull, Gamma)
 def _kl_log_scale_weibull_gamma(p, q):
     return kl_weibull_gamma(p.concentration, p.log_scale, q.concentration, q.rate)
+
+
+@register_kl(pyro.distributions.LogNormal, pyro.distributions.LogNormal)
+def _kl_pyro_lognormal(p, q):
+    return kl_lognormal_lognormal(p.loc, p.scale, q.loc, q.scale)

@@ -1,0 +1,76 @@
+"""Pyro's mean-field ELBO without the log-densities it does not use.
+
+Pyro's ``TraceMeanField_ELBO`` scores every sample site of both traces (``log_prob`` of the
+model's and the guide's distributions at the guide's draws) and then, for each latent site with
+a closed-form ``KL(q || p)``, uses the KL and ignores the two log-densities. For a model with
+large latent sites (a VAE's codes, the attention weights of ``bam_classifier``) those are whole
+tensors of special functions computed for nothing. :class:`MeanFieldELBO` computes the same
+value and gradients and scores a site only where it is used: the observed sites, and the latent
+sites whose KL has no closed form (there, ``log p - log q`` at the draw, as Pyro does).
+
+Under ``pyro.validation_enabled()`` both fall back to Pyro's own trace construction, whose shape
+checks need every log-density.
+"""
+
+from __future__ import annotations
+
+import torch
+from pyro import poutine
+from pyro.distributions.util import scale_and_mask
+from pyro.infer import JitTraceMeanField_ELBO, TraceMeanField_ELBO
+from pyro.infer.util import check_fully_reparametrized, is_validation_enabled, torch_item
+from pyro.poutine.util import prune_subsample_sites
+from torch.distributions import kl_divergence
+
+__all__ = ["JitMeanFieldELBO", "MeanFieldELBO"]
+
+
+def _log_prob_sum(trace, name):
+    """The scaled and masked log-density sum of one site, computed once (Pyro memoises it)."""
+    trace.compute_log_prob(site_filter=lambda site_name, site: site_name == name)
+    return trace.nodes[name]["log_prob_sum"]
+
+
+class _LazyScores:
+    """What :class:`MeanFieldELBO` and :class:`JitMeanFieldELBO` change in Pyro's classes."""
+
+    def _get_trace(self, model, guide, args, kwargs):
+        if is_validation_enabled():
+            return super()._get_trace(model, guide, args, kwargs)
+        guide_trace = poutine.trace(guide, graph_type="flat").get_trace(*args, **kwargs)
+        replayed = poutine.replay(model, trace=guide_trace)
+        model_trace = poutine.trace(replayed, graph_type="flat").get_trace(*args, **kwargs)
+        return prune_subsample_sites(model_trace), prune_subsample_sites(guide_trace)
+
+    def _differentiable_loss_particle(self, model_trace, guide_trace):
+        elbo = 0.0
+        for name, site in model_trace.nodes.items():
+            if site["type"] != "sample":
+                continue
+            if site["is_observed"]:
+                elbo = elbo + _log_prob_sum(model_trace, name)
+                continue
+            guide_site = guide_trace.nodes[name]
+            if is_validation_enabled():
+                check_fully_reparametrized(guide_site)
+            try:
+                kl = kl_divergence(guide_site["fn"], site["fn"])
+            except NotImplementedError:  # no closed form: the single-draw estimate
+                elbo = elbo + _log_prob_sum(model_trace, name) - _log_prob_sum(guide_trace, name)
+                continue
+            elbo = elbo - scale_and_mask(kl, guide_site["scale"], guide_site["mask"]).sum()
+        for name, guide_site in guide_trace.nodes.items():  # auxiliary guide sites
+            if guide_site["type"] == "sample" and name not in model_trace.nodes:
+                if is_validation_enabled():
+                    check_fully_reparametrized(guide_site)
+                elbo = elbo - _log_prob_sum(guide_trace, name)
+        loss = elbo.detach() if torch._C._get_tracing_state() else torch_item(elbo)
+        return -loss, -elbo
+
+
+class MeanFieldELBO(_LazyScores, TraceMeanField_ELBO):
+    """``TraceMeanField_ELBO`` that scores only the sites it uses (see the module)."""
+
+
+class JitMeanFieldELBO(_LazyScores, JitTraceMeanField_ELBO):
+    """``JitTraceMeanField_ELBO`` that scores only the sites it uses (see the module)."""
