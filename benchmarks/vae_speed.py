@@ -99,13 +99,13 @@ def main(argv=None):
         "zoo Pyro, Trace_ELBO": zoo_epochs(
             x, "pyro", args.batch_size, lr, args.epochs, seed, "trace", options
         ),
-        "zoo Pyro, TraceMeanField_ELBO": zoo_epochs(
+        'zoo Pyro, elbo="meanfield"': zoo_epochs(
             x, "pyro", args.batch_size, lr, args.epochs, seed, "meanfield", options
         ),
         "zoo Pyro, JitTrace_ELBO (jit=True)": zoo_epochs(
             x, "pyro", args.batch_size, lr, args.epochs, seed, "trace", options, jit=True
         ),
-        "zoo Pyro, JitTraceMeanField_ELBO (jit=True)": zoo_epochs(
+        'zoo Pyro, elbo="meanfield" (jit=True)': zoo_epochs(
             x, "pyro", args.batch_size, lr, args.epochs, seed, "meanfield", options, jit=True
         ),
         "zoo NumPyro, Trace_ELBO": zoo_epochs(

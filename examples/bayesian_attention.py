@@ -19,6 +19,7 @@ default the smallest training size, pooled over seeds).
 
     python examples/bayesian_attention.py --quick      # seconds: a smoke run (tests run this)
     python examples/bayesian_attention.py --seeds 0 1 2 --train-sizes 1000 10000 60000
+    python examples/bayesian_attention.py --summarize outputs/bayesian_attention/results.json
 
 The data directory is ``--data-dir``, else ``$ZOO_DATA_DIR``, else ``~/.cache/ppl-zoo``.
 """
@@ -83,6 +84,10 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=os.path.join("outputs", "bayesian_attention"))
     p.add_argument("--json", action="store_true", help="print the summary as JSON last")
+    p.add_argument(
+        "--summarize", metavar="RESULTS_JSON", default=None,
+        help="only rebuild the tables from a results.json (into results.md beside it); no fitting",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.quick:
         args.train_sizes = [500] if args.train_sizes == [10000] else args.train_sizes
@@ -236,6 +241,9 @@ def _paired_table(groups) -> list[str]:
                 return r["clean"][metric] if where == "clean" else r["rotated"][where][metric]
 
             diff = np.array([value(a) - value(b) for a, b in pairs])
+            if np.ptp(diff) == 0:  # no spread: the t statistic is undefined
+                cells.append(f"{diff.mean():+.4f} ± 0 (p undefined)")
+                continue
             p = stats.ttest_rel([value(a) for a, _ in pairs], [value(b) for _, b in pairs]).pvalue
             cells.append(f"{diff.mean():+.4f} ± {diff.std(ddof=1):.4f} (p={p:.2g})")
         rows.append(f"| {n} | {att} | " + " | ".join(cells) + " |")
@@ -279,8 +287,23 @@ def plot_reliability(curves, path, title, num_bins=15):
     plt.close(fig)
 
 
+def summarize(path: str) -> str:
+    """Rebuild the tables of a ``results.json`` into the ``.md`` file of the same name beside it
+    (``results.md``) and return their text."""
+    with open(path) as f:
+        results = json.load(f)
+    table = markdown_tables(results["runs"], results["settings"])
+    with open(os.path.splitext(path)[0] + ".md", "w") as f:
+        f.write(table)
+    return table
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.summarize:
+        table = summarize(args.summarize)
+        print(table)
+        return table
     os.makedirs(args.out, exist_ok=True)
     x_train_all, y_train_all = load_images("train", args.data_dir)
     x_test, y_test = load_images("test", args.data_dir)

@@ -162,7 +162,8 @@ def fit(
         ``docs/scaling.md``.
     jit : bool
         ``svi`` on Pyro: compile the ELBO and its gradient with ``torch.jit.trace`` (Pyro's
-        ``JitTrace_ELBO``, ``JitTraceMeanField_ELBO``, ``JitTraceEnum_ELBO``; not ``"iwae"``).
+        ``JitTrace_ELBO`` and ``JitTraceEnum_ELBO``, the zoo's ``JitMeanFieldELBO``; not
+        ``"iwae"``).
         The model must have a static structure. NumPyro always compiles (``jax.jit``).
     **model_options :
         The model's own options (for ``bayesian_gmm``: ``K``, ``weight_prior``, priors).

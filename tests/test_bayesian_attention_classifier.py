@@ -8,7 +8,9 @@ the example's ``--quick`` mode on real MNIST.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import runpy
 from pathlib import Path
 
@@ -511,3 +513,22 @@ def test_example_quick_on_real_mnist(tmp_path, data_dir, monkeypatch):
     assert "| 500 | weibull |" in table and "| 500 | lognormal | 90 |" in table
     assert (tmp_path / "reliability.png").stat().st_size > 0
     assert (tmp_path / "results.json").is_file()
+    # --summarize rebuilds the tables from results.json; with two seeds it adds the paired
+    # differences from softmax (here made +0.1 and +0.2 in accuracy).
+    results = json.loads((tmp_path / "results.json").read_text())
+    runs = []
+    for seed, gain in ((0, 0.1), (1, 0.2)):
+        for r in results["runs"]:
+            r = copy.deepcopy(r)
+            r["seed"] = seed
+            if r["attention"] == "weibull":
+                softmax = next(s for s in results["runs"] if s["attention"] == "softmax")
+                r["clean"]["accuracy"] = softmax["clean"]["accuracy"] + gain
+            runs.append(r)
+    (tmp_path / "two_seeds").mkdir()
+    path = tmp_path / "two_seeds" / "results.json"
+    path.write_text(json.dumps({"settings": results["settings"], "runs": runs}))
+    example["main"](["--summarize", str(path)])
+    table = (tmp_path / "two_seeds" / "results.md").read_text()
+    assert "2 seed(s) [0, 1]" in table
+    assert "| 500 | weibull | +0.1500 ± 0.0707 (p=" in table
