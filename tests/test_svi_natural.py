@@ -71,33 +71,6 @@ def test_damped_whole_data_steps_reach_the_cavi_fixed_point(gmm_data):
     assert abs(full_elbo(cavi, {"x": gmm_data}) - cavi.objective) < 1e-6
 
 
-def test_resume_reaches_the_same_result(tmp_path, gmm_data):
-    kwargs = dict(backend="numpyro", K=4, batch_size=64, num_steps=30, progress=False, seed=3)
-    full = inference.fit("bayesian_gmm", {"x": gmm_data}, "svi-natural", **kwargs)
-    path = tmp_path / "nat.zoo"
-
-    def interrupt(step, state, info):
-        if step == 17:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        inference.fit(
-            "bayesian_gmm",
-            {"x": gmm_data},
-            "svi-natural",
-            checkpoint=path,
-            checkpoint_every=5,
-            callback=interrupt,
-            **kwargs,
-        )
-    resumed = inference.fit(
-        "bayesian_gmm", {"x": gmm_data}, "svi-natural", checkpoint=path, resume=True, **kwargs
-    )
-    np.testing.assert_array_equal(resumed.history["objective"], full.history["objective"])
-    for k in full.raw_params:
-        np.testing.assert_array_equal(resumed.raw_params[k], full.raw_params[k])
-
-
 def test_bad_input(gmm_data):
     fit = inference.fit
     with pytest.raises(ValueError, match=r"tau in \[0, inf\) and kappa in \[0, 1\]"):
