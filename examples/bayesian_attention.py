@@ -101,11 +101,8 @@ def parse_args(argv=None):
             f"--epochs takes one value or one per training size ({len(args.train_sizes)}); got "
             f"{len(args.epochs)}."
         )
-    args.epochs_by_size = dict(
-        zip(
-            args.train_sizes, args.epochs * (len(args.train_sizes) // len(args.epochs)), strict=True
-        )
-    )
+    epochs = args.epochs * len(args.train_sizes) if len(args.epochs) == 1 else args.epochs
+    args.epochs_by_size = dict(zip(args.train_sizes, epochs, strict=True))
     if args.reliability_size is not None and args.reliability_size not in args.train_sizes:
         p.error(f"--reliability-size must be one of --train-sizes; got {args.reliability_size}.")
     return args
@@ -220,6 +217,11 @@ def markdown_tables(runs, settings) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _metric(run, where, metric):
+    """A run's ``metric`` on the clean digits (``where="clean"``) or at one rotation angle."""
+    return run["clean"][metric] if where == "clean" else run["rotated"][where][metric]
+
+
 def _paired_table(groups) -> list[str]:
     """Per training size and Bayesian variant: mean +- std over seeds of (variant - softmax) on
     the same seed (the same training subset), with the paired t-test's two-sided p-value."""
@@ -236,15 +238,13 @@ def _paired_table(groups) -> list[str]:
             continue
         cells = []
         for where, metric in metrics_:
-
-            def value(r, where=where, metric=metric):
-                return r["clean"][metric] if where == "clean" else r["rotated"][where][metric]
-
-            diff = np.array([value(a) - value(b) for a, b in pairs])
+            diff = np.array(
+                [_metric(a, where, metric) - _metric(b, where, metric) for a, b in pairs]
+            )
             if np.ptp(diff) == 0:  # no spread: the t statistic is undefined
                 cells.append(f"{diff.mean():+.4f} ± 0 (p undefined)")
                 continue
-            p = stats.ttest_rel([value(a) for a, _ in pairs], [value(b) for _, b in pairs]).pvalue
+            p = stats.ttest_1samp(diff, 0.0).pvalue  # the paired t-test on the differences
             cells.append(f"{diff.mean():+.4f} ± {diff.std(ddof=1):.4f} (p={p:.2g})")
         rows.append(f"| {n} | {att} | " + " | ".join(cells) + " |")
     if not rows:

@@ -186,9 +186,7 @@ def take_guide_pass(x) -> GuidePass | None:
     else None; either way the slot is emptied, so a pass is offered to one model call only."""
     record = getattr(_last_guide_pass, "value", None)
     _last_guide_pass.value = None
-    if record is None or record.x is not x or record.class_logits is None:
-        return None
-    return record
+    return record if record is not None and record.x is x else None
 
 
 def replay_guide_pass(record: GuidePass | None, sample_prior, draws: list):

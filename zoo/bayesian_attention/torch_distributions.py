@@ -133,8 +133,8 @@ class LogScaleWeibull(TorchDistribution):
     Density :math:`f(x) = \frac{k}{\lambda}(x/\lambda)^{k-1} e^{-(x/\lambda)^k}` on
     :math:`x > 0` with :math:`\lambda = e^{\text{log\_scale}}`, computed in log space. Draws are
     :math:`x = \lambda (-\log(1 - u))^{1/k}` with :math:`u \sim U(0, 1)`, differentiable in
-    both parameters, so a guide can ``pyro.sample`` it under ``Trace_ELBO``
-    or, against a ``Gamma`` prior, ``TraceMeanField_ELBO`` (the KL is registered).
+    both parameters, so a guide can ``pyro.sample`` it under ``Trace_ELBO`` or, against a
+    ``Gamma`` prior, ``TraceMeanField_ELBO`` (the KL is registered).
 
     Parameters
     ----------
