@@ -532,3 +532,17 @@ def test_example_quick_on_real_mnist(tmp_path, data_dir, monkeypatch):
     table = (tmp_path / "two_seeds" / "results.md").read_text()
     assert "2 seed(s) [0, 1]" in table
     assert "| 500 | weibull | +0.1500 ± 0.0707 (p=" in table
+
+
+def test_example_rejects_bad_options(capsys):
+    example = runpy.run_path(str(EXAMPLE), run_name="bayesian_attention")
+    bad = [
+        (["--train-sizes", "1000", "5000", "--epochs", "1", "2", "3"], "one per training size"),
+        (["--train-sizes", "1000", "--reliability-size", "500"], "must be one of --train-sizes"),
+    ]
+    for argv, message in bad:
+        with pytest.raises(SystemExit):
+            example["parse_args"](argv)
+        assert message in capsys.readouterr().err
+    args = example["parse_args"](["--train-sizes", "1000", "5000", "--epochs", "4"])
+    assert args.epochs_by_size == {1000: 4.0, 5000: 4.0}
