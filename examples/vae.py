@@ -17,6 +17,7 @@ latent under the dynamic protocol, the latent space coloured by digit label, to 
 
     python examples/vae.py --quick            # seconds, small subset: what the tests run
     python examples/vae.py --backend numpyro --epochs 1000 --patience 50
+    python examples/vae.py --protocol dynamic --lr-schedule burda --schedule-scale 0.33
     python examples/vae.py --checkpoint run.zoo --evaluate-checkpoint   # score a stopped run
 """
 
@@ -41,10 +42,27 @@ def parse_args(argv=None):
     p.add_argument("--protocol", choices=("static", "dynamic"), default="static")
     p.add_argument("--backend", choices=("pyro", "numpyro"), default="numpyro")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--epochs", type=int, default=500, help="at most this many passes")
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="at most this many passes (default 500, or the schedule's length)",
+    )
     p.add_argument("--patience", type=int, default=30, help="epochs without a better validation")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument(
+        "--lr-schedule",
+        choices=("constant", "burda"),
+        default="constant",
+        help="burda: Burda et al.'s stages i = 0..7 of 3**i epochs at lr * 10**(-i/7)",
+    )
+    p.add_argument(
+        "--schedule-scale",
+        type=float,
+        default=1.0,
+        help="burda: each stage runs max(1, round(scale * 3**i)) epochs (1: their 3,280 passes)",
+    )
     p.add_argument("--latent-dim", type=int, default=None, help="default 50 (--quick: 8)")
     p.add_argument("--hidden", type=int, nargs="+", default=None, help="default 200 200 (64)")
     p.add_argument("--activation", default="tanh", choices=("tanh", "relu", "softplus"))
@@ -64,12 +82,22 @@ def parse_args(argv=None):
     )
     p.add_argument("--out", default="outputs/vae")
     args = p.parse_args(argv)
+    if args.schedule_scale <= 0:
+        p.error(f"--schedule-scale must be > 0; got {args.schedule_scale}.")
+    if args.epochs is None:
+        args.epochs = sum(n for n, _ in epoch_stages(args)) if args.lr_schedule == "burda" else 500
     if args.quick:
         args.epochs, args.patience, args.eval_k = 2, 2, 20
     small = args.quick
     args.latent_dim = args.latent_dim or (8 if small else 50)
     args.hidden = args.hidden or ([64] if small else [200, 200])
     return args
+
+
+def epoch_stages(args) -> list[tuple[int, float]]:
+    """Burda et al.'s learning-rate stages as (epochs, lr) pairs, each stage ``--schedule-scale``
+    times as long as theirs."""
+    return [(max(1, round(args.schedule_scale * 3**i)), args.lr * 10 ** (-i / 7)) for i in range(8)]
 
 
 def load(protocol: str, seed: int, quick: bool, with_train: bool = True):
@@ -222,7 +250,9 @@ def fit(args, train, valid, steps_per_epoch):
         seed=args.seed,
         num_steps=args.epochs * steps_per_epoch,
         batch_size=args.batch_size,
-        lr=args.lr,
+        lr=args.lr
+        if args.lr_schedule == "constant"
+        else [(n * steps_per_epoch, lr) for n, lr in epoch_stages(args)],
         elbo=args.elbo,
         num_particles=args.particles,
         jit=args.jit,

@@ -9,7 +9,7 @@ import inspect
 
 import numpy as np
 
-from inference import cavi, em, streaming, svi, svi_natural
+from inference import cavi, em, learning_rate, streaming, svi, svi_natural
 from inference.algorithm import Problem
 from inference.loop import run
 from inference.minibatch import binarize, check_grey_levels
@@ -90,7 +90,7 @@ def fit(
     checkpoint_every: int = 100,
     resume: bool = False,
     callback=None,
-    lr: float = 0.05,
+    lr=0.05,
     num_particles: int = 1,
     temperature=(1.0, 0.1),
     batch_size: int | None = None,
@@ -138,6 +138,8 @@ def fit(
         SVI options: Adam's learning rate, Monte-Carlo samples per step, the Gumbel-softmax
         temperature schedule ``(start, end)``, the minibatch size (default: full batch) and the
         objective (``"trace"``, ``"meanfield"``, ``"iwae"``; see ``inference.svi.ELBOS``).
+        ``lr`` may also be piecewise-constant stages ``[(num_steps, lr), ...]``, the last rate
+        held after its stage (``inference.learning_rate``).
     dynamic_binarization : bool
         SVI on binary-pixel models: ``data["x"]`` holds grey levels in [0, 1] and every epoch
         trains on a fresh Bernoulli draw of each pixel (drawn from ``seed`` and the epoch, so a
@@ -252,7 +254,7 @@ def fit(
     elif algorithm == "svi":
         guide = guide or spec.guides[0]
         svi_options = dict(
-            lr=lr,
+            lr=learning_rate.record(lr),
             num_particles=num_particles,
             temperature=list(temperature),
             batch_size=batch_size,

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from inference import learning_rate
 from inference.algorithm import Info, Problem
 from inference.closed_form import start_values
 from inference.initialization import initial_responsibilities
@@ -80,7 +81,7 @@ class SVIAlgorithm:
         *,
         guide: str | None = None,
         init=None,
-        lr: float = 0.05,
+        lr=0.05,
         num_particles: int = 1,
         temperature=(1.0, 0.1),
         num_steps: int = 1000,
@@ -97,8 +98,7 @@ class SVIAlgorithm:
             raise ValueError(
                 f"Unknown guide {guide!r} for {spec.name!r}; valid guides are {list(spec.guides)}."
             )
-        if not lr > 0:
-            raise ValueError(f"lr must be a float in the range (0, inf); got {lr}.")
+        lr = learning_rate.parse(lr)
         if int(num_particles) < 1:
             raise ValueError(
                 f"num_particles must be an int in the range [1, inf); got {num_particles}."

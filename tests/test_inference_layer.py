@@ -66,7 +66,8 @@ def test_resume_reaches_the_same_result(tmp_path, gmm_data, backend, algorithm):
         algorithm=algorithm, backend=backend, K=4, num_steps=30, tol=0.0, progress=False, seed=3
     )
     if algorithm == "svi":
-        kwargs["guide"] = "gumbel"
+        # Stages of learning rate: the run resumes at step 15, in the middle of the second.
+        kwargs.update(guide="gumbel", lr=[(10, 0.05), (10, 0.02), (1, 0.01)])
     if algorithm == "svi-natural":
         kwargs["batch_size"] = 64
     full = inference.fit("bayesian_gmm", {"x": gmm_data}, **kwargs)

@@ -17,6 +17,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpyro  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 
+from inference import learning_rate  # noqa: E402
 from inference.backends import tree_codec  # noqa: E402
 from inference.backends.common import check_dtype, convert_config  # noqa: E402
 from inference.backends.ops import JaxOps  # noqa: E402
@@ -167,7 +168,9 @@ class SVIEngine:
         self.loss = make_elbo(elbo, num_particles)
         self.model, self.guide, self.data, self.config = model, guide, data, config
         self.elbo_name, self.device = elbo, device
-        self.svi = SVI(model, guide, numpyro.optim.Adam(lr), self.loss)
+        # Stages run as a function of Adam's update count, which lives in the SVI state.
+        step_size = lr.jax_schedule() if isinstance(lr, learning_rate.Stages) else lr
+        self.svi = SVI(model, guide, numpyro.optim.Adam(step_size), self.loss)
         self.state = self.svi.init(
             jax.random.PRNGKey(seed), data, config, temperature=init_temperature
         )

@@ -18,6 +18,7 @@ from pyro.infer import (
     config_enumerate,
 )
 
+from inference import learning_rate
 from inference.backends import tree_codec
 from inference.backends.common import check_dtype, convert_config
 from inference.backends.ops import TorchOps
@@ -216,7 +217,10 @@ class SVIEngine:
             self.rng_state = self._get_rng()
         store = pyro.get_param_store()
         self.names = sorted(store.keys())
-        self.optim = torch.optim.Adam([store._params[k] for k in self.names], lr=lr)
+        self.lr = lr
+        self.updates = 0  # Adam updates applied: where a schedule of stages stands
+        first_lr = lr.at(0) if isinstance(lr, learning_rate.Stages) else lr
+        self.optim = torch.optim.Adam([store._params[k] for k in self.names], lr=first_lr)
 
     def _rng(self):
         return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
@@ -253,7 +257,10 @@ class SVIEngine:
             if self.group_size > 1:
                 loss = self._average_over_group(loss)
             if math.isfinite(loss):
+                if isinstance(self.lr, learning_rate.Stages):
+                    self.optim.param_groups[0]["lr"] = self.lr.at(self.updates)
                 self.optim.step()
+                self.updates += 1
             self.optim.zero_grad(set_to_none=True)
             self.rng_state = self._get_rng()
         return -loss  # the ELBO estimate
@@ -316,6 +323,7 @@ class SVIEngine:
             "params": tree_codec.encode(unconstrained, to_numpy, arrays, "params"),
             "optim": tree_codec.encode(self.optim.state_dict(), to_numpy, arrays, "optim"),
             "rng": tree_codec.encode(self.rng_state, to_numpy, arrays, "rng"),
+            "updates": self.updates,
         }
         return skeleton, arrays
 
@@ -337,6 +345,7 @@ class SVIEngine:
         # the CPU, as torch keeps them.
         self.optim.load_state_dict(tree_codec.decode(skeleton["optim"], arrays, torch.as_tensor))
         self.rng_state = tree_codec.decode(skeleton["rng"], arrays, torch.as_tensor)
+        self.updates = int(skeleton.get("updates", 0))  # absent from checkpoints before schedules
 
 
 def as_params(params: dict, device, dtype: str) -> dict:

@@ -1,0 +1,81 @@
+"""The learning rates SVI's Adam takes (``lr=``): one number, or piecewise-constant stages.
+
+Stages are ``[(num_steps, lr), ...]``: the first ``num_steps`` updates use the first rate, the
+next stage's updates the next, and the last rate holds once every stage has run. Both backends
+index the stages by the number of updates Adam has applied (a step skipped for a non-finite loss
+does not count), and that count is part of the optimiser's state, so a resumed run continues the
+schedule where it stopped.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Stages:
+    ends: tuple[int, ...]  # cumulative update counts at which each stage ends
+    values: tuple[float, ...]
+
+    def at(self, updates: int) -> float:
+        """The rate of the update that follows ``updates`` applied updates."""
+        return self.values[min(bisect.bisect_right(self.ends, updates), len(self.values) - 1)]
+
+    def pairs(self) -> list[list]:
+        """The stages as ``[[num_steps, lr], ...]`` (how fits record them, as JSON)."""
+        starts = (0, *self.ends[:-1])
+        return [[e - s, v] for s, e, v in zip(starts, self.ends, self.values, strict=True)]
+
+    def jax_schedule(self):
+        """The same rule as a function of a traced update count (``numpyro.optim``'s
+        ``step_size``)."""
+        import jax.numpy as jnp
+
+        # float32 rates: a float64 rate would promote float32 parameters to float64 under x64.
+        ends, values = jnp.asarray(self.ends), jnp.asarray(self.values, dtype=jnp.float32)
+
+        def rate(updates):
+            stage = jnp.searchsorted(ends, updates, side="right")
+            return values[jnp.minimum(stage, len(self.values) - 1)]
+
+        return rate
+
+
+def record(lr):
+    """``lr`` as a fit records it: the float, or the stages as ``[[num_steps, lr], ...]``."""
+    lr = parse(lr)
+    return lr.pairs() if isinstance(lr, Stages) else lr
+
+
+def parse(lr) -> float | Stages:
+    """``lr`` checked: a positive float, or :class:`Stages` from ``(num_steps, lr)`` pairs."""
+    if isinstance(lr, Stages):
+        return lr
+    if isinstance(lr, Sequence) and not isinstance(lr, str):
+        if not lr:
+            raise ValueError("lr stages must hold at least one (num_steps, lr) pair; got [].")
+        ends, values, total = [], [], 0
+        for stage in lr:
+            if not (isinstance(stage, Sequence) and len(stage) == 2):
+                raise ValueError(f"lr stages are (num_steps, lr) pairs; got {stage!r}.")
+            steps, value = stage
+            if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
+                raise ValueError(f"A stage's num_steps must be an int >= 1; got {steps!r}.")
+            _check_rate(value)
+            total += int(steps)
+            ends.append(total)
+            values.append(float(value))
+        return Stages(tuple(ends), tuple(values))
+    _check_rate(lr)
+    return float(lr)
+
+
+def _check_rate(value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        raise ValueError(f"lr must be a float in the range (0, inf); got {value!r}.")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"lr must be a float in the range (0, inf); got {value!r}.")
