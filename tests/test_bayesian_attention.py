@@ -26,6 +26,7 @@ from torch.distributions import kl_divergence as torch_kl
 
 from zoo.bayesian_attention import jax_bam as J
 from zoo.bayesian_attention import torch_bam as T
+from zoo.bayesian_attention import torch_distributions as TD
 
 # The whole project runs in float64; enable it before any test builds an array.
 jax.config.update("jax_enable_x64", True)
@@ -555,3 +556,22 @@ def test_compact_views_and_broadcast_gamma():
     torch.testing.assert_close(BroadcastGamma(alpha, beta).log_prob(value), expected)
     expanded = BroadcastGamma(alpha[:1, :1], 0.7).expand((2, 4, 5))
     assert isinstance(expanded, BroadcastGamma) and expanded.batch_shape == (2, 4, 5)
+
+
+def test_draws_keep_their_log_for_the_attention_weights():
+    """The guide's draws carry the log they were made from: the same value and gradient as
+    ``torch.log`` of the draw, without a second pass over it; other tensors fall back to log."""
+    rng = np.random.default_rng(15)
+    loc, weights = rng.normal(size=(6, 5)), _t(rng.normal(size=(6, 5)))
+    for make in (lambda p: T.LogScaleWeibull(p, _t(3.0)), lambda p: TD.LogNormal(p, _t(0.4))):
+        results = []
+        for log in (TD.log_of_draw, torch.log):
+            param = _t(loc).requires_grad_()
+            torch.manual_seed(0)
+            value = log(make(param).rsample())
+            (value * weights).sum().backward()
+            results.append((value.detach().numpy(), param.grad.numpy()))
+        np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
+        np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-12)
+    s = _t(rng.uniform(0.1, 2.0, 4))
+    np.testing.assert_array_equal(TD.log_of_draw(s).numpy(), torch.log(s).numpy())

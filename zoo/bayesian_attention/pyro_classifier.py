@@ -32,7 +32,12 @@ from zoo.bayesian_attention.torch_bam import (
     weibull_log_scale,
     weibull_log_weights,
 )
-from zoo.bayesian_attention.torch_distributions import BroadcastGamma, LogScaleWeibull
+from zoo.bayesian_attention.torch_distributions import (
+    BroadcastGamma,
+    LogNormal,
+    LogScaleWeibull,
+    log_of_draw,
+)
 from zoo.plates import pyro_data_plate as data_plate
 from zoo.weights import torch_module
 
@@ -219,7 +224,7 @@ def posterior(config, logits, mask):
         k = _full(logits, config.concentration)
         base = LogScaleWeibull(weibull_log_scale(log_p, k), k, validate_args=False)
     elif config.attention == "lognormal":
-        base = dist.LogNormal(
+        base = LogNormal(
             log_p - config.sigma**2 / 2, _full(logits, config.sigma), validate_args=False
         )
     else:
@@ -231,7 +236,7 @@ def posterior(config, logits, mask):
 
 def _normalize(s, mask):
     """Attention weights ``S / sum_keys S`` over the visible keys (in log space)."""
-    log_s = torch.log(s)
+    log_s = log_of_draw(s)
     if mask is not None:
         log_s = torch.where(mask, log_s, -torch.inf)
     return torch.softmax(log_s, -1)
