@@ -27,6 +27,7 @@ from torch.distributions import kl_divergence as torch_kl
 from zoo.bayesian_attention import jax_bam as J
 from zoo.bayesian_attention import torch_bam as T
 from zoo.bayesian_attention import torch_distributions as TD
+from zoo.bayesian_attention.torch_distributions import compact
 
 # The whole project runs in float64; enable it before any test builds an array.
 jax.config.update("jax_enable_x64", True)
@@ -540,22 +541,65 @@ def test_mean_field_elbo_uses_the_registered_kl():
     np.testing.assert_allclose(loss, expected, rtol=1e-12)
 
 
-def test_compact_views_and_broadcast_gamma():
-    """``compact`` keeps one entry along each stride-0 dimension; BroadcastGamma's log-density
-    (lgamma on those entries only) is the Gamma's."""
-    from zoo.bayesian_attention.torch_distributions import BroadcastGamma, compact
-
+def test_compact_views():
+    """``compact`` keeps one entry along each stride-0 dimension."""
     alpha = _t(np.random.default_rng(3).uniform(0.5, 3.0, (2, 1, 5))).expand(2, 4, 5)
     assert compact(alpha).shape == (2, 1, 5)
     assert compact(_t(1.5).expand(3, 2)).shape == (1, 1)
     assert compact(alpha.contiguous()).shape == (2, 4, 5)  # materialised: nothing to drop
     torch.testing.assert_close(compact(alpha).expand(2, 4, 5), alpha)
-    value = _t(np.random.default_rng(4).uniform(0.1, 2.0, (2, 4, 5)))
-    beta = _t(0.7).expand(2, 4, 5)
-    expected = torch.distributions.Gamma(alpha.contiguous(), beta.contiguous()).log_prob(value)
-    torch.testing.assert_close(BroadcastGamma(alpha, beta).log_prob(value), expected)
-    expanded = BroadcastGamma(alpha[:1, :1], 0.7).expand((2, 4, 5))
-    assert isinstance(expanded, BroadcastGamma) and expanded.batch_shape == (2, 4, 5)
+
+
+@pytest.mark.parametrize("contextual", [True, False])
+@pytest.mark.parametrize("masked", [True, False])
+def test_attention_layer_distributions_match_the_weightwise_ones(contextual, masked):
+    """WeibullAttention and GammaAttention (one layer, mask inside) against the weight-wise
+    LogScaleWeibull and Gamma, masked and summed: log-densities, the layer's KL and its
+    gradients in the logits and the prior's shape; and the posterior mean is the softmax."""
+    rng = np.random.default_rng(16)
+    batch, heads, tokens, k, beta = (3,), 2, 4, 2.5, 0.8
+    shape = (*batch, heads, tokens, tokens)
+    mask = torch.as_tensor(rng.random((tokens, tokens)) < 0.6) if masked else None
+    if masked:
+        mask[:, 0] = True  # every query sees a key
+    logits = _t(rng.normal(size=shape)).requires_grad_()
+    alpha_shape = (*batch, heads, 1, tokens) if contextual else ()
+    alpha = _t(rng.uniform(0.3, 2.0, alpha_shape)).requires_grad_()
+    value = _t(rng.uniform(0.05, 2.0, shape))
+    visible = torch.ones(shape, dtype=torch.bool) if mask is None else mask.expand(shape)
+
+    q = TD.WeibullAttention(logits, k, mask)
+    p = TD.GammaAttention(alpha, beta, shape, mask)
+    assert q.batch_shape == p.batch_shape == batch and q.event_shape == shape[1:]
+    kl = torch.distributions.kl_divergence(q, p)
+    grads = torch.autograd.grad(kl.sum(), (logits, alpha))
+
+    log_p = T.masked_log_softmax(logits, mask)
+    log_p = torch.where(visible, log_p, 0.0)
+    q_ref = T.LogScaleWeibull(T.weibull_log_scale(log_p, k), _t(k).expand(shape))
+    p_ref = pdist.Gamma(alpha.expand(shape), _t(beta).expand(shape))
+    kl_ref = torch.where(visible, T.kl_weibull_gamma(k, q_ref.log_scale, alpha, beta), 0.0)
+    kl_ref = kl_ref.sum((-3, -2, -1))
+    grads_ref = torch.autograd.grad(kl_ref.sum(), (logits, alpha))
+
+    def masked_sum(t):
+        return torch.where(visible, t, 0.0).sum((-3, -2, -1))
+
+    torch.testing.assert_close(kl, kl_ref)
+    for g, g_ref in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(g, g_ref)
+    torch.testing.assert_close(q.log_prob(value), masked_sum(q_ref.log_prob(value)))
+    torch.testing.assert_close(p.log_prob(value), masked_sum(p_ref.log_prob(value)))
+    torch.testing.assert_close(q.mean, torch.where(visible, log_p.exp(), 0.0))
+    expanded = q.expand((2, *batch))
+    assert expanded.batch_shape == (2, *batch)
+    torch.testing.assert_close(
+        torch.distributions.kl_divergence(expanded, p.expand((2, *batch))), kl.expand(2, *batch)
+    )
+    torch.manual_seed(0)
+    draws = q.rsample((4000,))
+    assert draws.shape == (4000, *shape) and bool((draws > 0).all())
+    _within_4_se(draws.detach()[:, visible].numpy(), log_p.exp()[visible].detach().numpy())
 
 
 def test_draws_keep_their_log_for_the_attention_weights():

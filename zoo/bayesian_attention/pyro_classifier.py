@@ -29,13 +29,12 @@ from zoo.bayesian_attention.torch_bam import (
     attention_logits,
     lognormal_log_weights,
     masked_log_softmax,
-    weibull_log_scale,
     weibull_log_weights,
 )
 from zoo.bayesian_attention.torch_distributions import (
-    BroadcastGamma,
+    GammaAttention,
     LogNormal,
-    LogScaleWeibull,
+    WeibullAttention,
     log_of_draw,
 )
 from zoo.plates import pyro_data_plate as data_plate
@@ -190,11 +189,10 @@ def prior(config, attn: Attention, k, logits, mask):
             alpha = log_w.exp().clamp_min(torch.finfo(logits.dtype).tiny)
             if mask is not None:
                 alpha = torch.where(mask, alpha, 1.0)
-            alpha = alpha.expand(shape)
         else:
-            alpha = _full(logits, config.prior_alpha)
-        base = BroadcastGamma(alpha, _full(logits, config.prior_beta), validate_args=False)
-    elif config.attention == "lognormal":
+            alpha = logits.new_tensor(config.prior_alpha)
+        return GammaAttention(alpha, config.prior_beta, shape, mask, validate_args=False)
+    if config.attention == "lognormal":
         if contextual:
             log_m = log_w
         elif config.prior_mean is not None:
@@ -217,13 +215,12 @@ def prior(config, attn: Attention, k, logits, mask):
 
 def posterior(config, logits, mask):
     """q(S | logits) of one layer: mean the (masked) softmax ``p``; reparameterised."""
+    if config.attention == "weibull":
+        return WeibullAttention(logits, config.concentration, mask, validate_args=False)
     log_p = masked_log_softmax(logits, mask)
     if mask is not None:  # a finite stand-in on hidden keys (masked out of log-densities)
         log_p = torch.where(mask, log_p, 0.0)
-    if config.attention == "weibull":
-        k = _full(logits, config.concentration)
-        base = LogScaleWeibull(weibull_log_scale(log_p, k), k, validate_args=False)
-    elif config.attention == "lognormal":
+    if config.attention == "lognormal":
         base = LogNormal(
             log_p - config.sigma**2 / 2, _full(logits, config.sigma), validate_args=False
         )

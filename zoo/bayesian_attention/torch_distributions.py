@@ -7,6 +7,10 @@ for ``pyro.distributions.Weibull`` and ``pyro.distributions.Gamma``, their subcl
 ``TraceMeanField_ELBO`` use the closed form. :mod:`zoo.bayesian_attention.torch_bam` imports
 this module.
 
+For one whole attention layer, :class:`WeibullAttention` (the posterior, from the logits) and
+:class:`GammaAttention` (the prior) hold the mask themselves and have a KL summed over the layer
+(:func:`kl_weibull_gamma_attention`) that costs one pass over the weights instead of several.
+
 torch already has :math:`\mathrm{KL}(\mathrm{LogNormal} \| \mathrm{LogNormal})` (the KL of the
 base normals). For Pyro's ``LogNormal`` this module registers :func:`kl_lognormal_lognormal`,
 the same value with the terms of broadcast scales computed once per distinct value, which the
@@ -14,6 +18,8 @@ Pyro twin's mean-field ELBO then uses.
 """
 
 from __future__ import annotations
+
+import math
 
 import pyro.distributions
 import torch
@@ -26,15 +32,18 @@ from torch.distributions.utils import broadcast_all
 from zoo.bayesian_attention._common import EULER_GAMMA
 
 __all__ = [
-    "BroadcastGamma",
+    "GammaAttention",
     "LogNormal",
     "LogScaleWeibull",
+    "WeibullAttention",
     "clamp_uniform",
     "compact",
     "exp_keeping_log",
-    "log_of_draw",
     "kl_lognormal_lognormal",
     "kl_weibull_gamma",
+    "kl_weibull_gamma_attention",
+    "log_of_draw",
+    "weibull_log_noise",
 ]
 
 
@@ -69,6 +78,19 @@ def log_of_draw(value: torch.Tensor) -> torch.Tensor:
     ``torch.log``. Attention weights normalise the draws in log space."""
     log_value = getattr(value, "_zoo_log", None)
     return torch.log(value) if log_value is None else log_value
+
+
+def weibull_log_noise(shape, like: torch.Tensor) -> torch.Tensor:
+    """``log E`` for standard exponential draws ``E`` of ``shape`` (``like``'s dtype and device):
+    a Weibull draw of shape k and scale lambda is ``lambda * exp(log(E) / k)``.
+
+    Made in place from uniform ``u`` as ``log(-log u)``, allocating one tensor (the noise needs
+    no gradient). ``-log u`` is a standard exponential draw, as is the ``-log(1 - u)`` of the
+    textbook formula; torch's own ``exponential_`` is several times slower on CPU.
+    """
+    noise = torch.rand(shape, dtype=like.dtype, device=like.device)
+    finfo = torch.finfo(noise.dtype)  # log u finite, and -log u above 0
+    return noise.clamp_(finfo.tiny, 1 - finfo.eps).log_().neg_().log_()
 
 
 def clamp_uniform(u: torch.Tensor) -> torch.Tensor:
@@ -192,12 +214,7 @@ class LogScaleWeibull(TorchDistribution):
         """Reparameterised draws, shape ``sample_shape + batch_shape``; the draw's log is kept
         (:func:`log_of_draw`)."""
         shape = self._extended_shape(sample_shape)
-        # (-log u)^(1/k) for uniform u in place, computing log(-log u) / k: no allocation per
-        # step (the noise needs no gradient). -log u is a standard exponential draw, as is the
-        # -log(1 - u) of the formula; torch's own exponential_ is several times slower on CPU.
-        noise = torch.rand(shape, dtype=self.log_scale.dtype, device=self.log_scale.device)
-        tiny = torch.finfo(noise.dtype).tiny  # log u finite; 1 - eps keeps -log u above 0
-        noise.clamp_(tiny, 1 - torch.finfo(noise.dtype).eps).log_().neg_().log_()
+        noise = weibull_log_noise(shape, self.log_scale)
         noise.mul_(1 / compact(self.concentration))
         return exp_keeping_log(self.log_scale + noise)
 
@@ -237,25 +254,170 @@ class LogNormal(pyro.distributions.LogNormal):
         return exp_keeping_log(self.base_dist.rsample(sample_shape))
 
 
-class BroadcastGamma(pyro.distributions.Gamma):
-    """Pyro's ``Gamma``, with ``lgamma`` of the shape evaluated once per distinct value (see
-    :func:`compact`): the same distribution and log-density, for a shape broadcast over many
-    elements (a contextual prior's shape per key, shared by every query)."""
+def _event_sum(t: torch.Tensor) -> torch.Tensor:
+    return t.sum((-3, -2, -1))
+
+
+class WeibullAttention(TorchDistribution):
+    r"""q(S) of one attention layer: independent Weibull weights whose means are the softmax
+    weights ``p`` of the logits over the visible keys (shape ``k``, scale
+    :math:`\lambda = p / \Gamma(1 + 1/k)`); one event of shape (heads, queries, keys).
+
+    Hidden keys (``mask`` False) have no weight: they are left out of the log-density and the KL,
+    and their draws are placeholders. Draws keep their log (:func:`log_of_draw`). Against
+    :class:`GammaAttention` the KL, summed over the event, has a closed form in which the only
+    work on the whole event is one sum of ``log p`` (:func:`kl_weibull_gamma_attention`).
+
+    Parameters
+    ----------
+    logits : Tensor, shape (..., heads, queries, keys)
+    concentration : float
+        The Weibull shape :math:`k > 0`, shared by every weight.
+    mask : bool Tensor broadcastable to (queries, keys), optional
+        True where a key is visible; every query must see a key.
+    """
+
+    arg_constraints = {}
+    support = constraints.independent(constraints.positive, 3)
+    has_rsample = True
+
+    def __init__(self, logits, concentration: float, mask=None, validate_args=None):
+        if mask is not None:
+            logits = torch.where(mask, logits, -torch.inf)
+        log_p = torch.log_softmax(logits, -1)
+        if mask is not None:  # a finite placeholder, as for the draws
+            log_p = torch.where(mask, log_p, 0.0)
+        self._set(log_p, float(concentration), mask, validate_args)
+
+    def _set(self, log_p, concentration, mask, validate_args):
+        self.log_p, self.concentration, self.mask = log_p, concentration, mask
+        self.log_mean_factor = math.lgamma(1 + 1 / concentration)  # log p - log(lambda)
+        super().__init__(log_p.shape[:-3], log_p.shape[-3:], validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        return super().expand(batch_shape, self._get_checked_instance(BroadcastGamma, _instance))
+        new = self._get_checked_instance(WeibullAttention, _instance)
+        log_p = self.log_p.expand(torch.Size(batch_shape) + self.event_shape)
+        new._set(log_p, self.concentration, self.mask, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def log_scale(self) -> torch.Tensor:
+        return self.log_p - self.log_mean_factor
+
+    @property
+    def mean(self) -> torch.Tensor:
+        p = self.log_p.exp()
+        return p if self.mask is None else torch.where(self.mask, p, 0.0)
+
+    def rsample(self, sample_shape=()) -> torch.Tensor:
+        noise = weibull_log_noise(self._extended_shape(sample_shape), self.log_p)
+        noise.mul_(1 / self.concentration).sub_(self.log_mean_factor)
+        return exp_keeping_log(self.log_p + noise)
 
     def log_prob(self, value) -> torch.Tensor:
-        value = torch.as_tensor(value, dtype=self.rate.dtype, device=self.rate.device)
         if self._validate_args:
             self._validate_sample(value)
-        alpha, rate = compact(self.concentration), compact(self.rate)
-        return (
-            torch.xlogy(alpha, rate)
-            + torch.xlogy(alpha - 1, value)
-            - rate * value
+        k, log_scale = self.concentration, self.log_scale
+        z = log_of_draw(value) - log_scale
+        log_density = math.log(k) - log_scale + (k - 1) * z - torch.exp(k * z)
+        if self.mask is not None:
+            log_density = torch.where(self.mask, log_density, 0.0)
+        return _event_sum(log_density)
+
+
+class GammaAttention(TorchDistribution):
+    r"""p(S) of one attention layer: independent Gamma(:math:`\alpha`, :math:`\beta`) weights
+    on the visible keys; one event of shape (heads, queries, keys).
+
+    The shape is kept as its distinct values (:func:`compact`): a contextual prior's shape per
+    key, shared by every query, costs one ``lgamma`` per key.
+
+    Parameters
+    ----------
+    concentration : Tensor broadcastable to ``shape``
+        :math:`\alpha > 0`.
+    rate : float
+        :math:`\beta > 0`, shared by every weight.
+    shape : torch.Size
+        Batch shape + (heads, queries, keys).
+    mask : bool Tensor broadcastable to (queries, keys), optional
+        True where a key is visible.
+    """
+
+    arg_constraints = {}
+    support = constraints.independent(constraints.positive, 3)
+    has_rsample = True
+
+    def __init__(self, concentration, rate: float, shape, mask=None, validate_args=None):
+        shape = torch.Size(shape)
+        self.concentration = compact(concentration.expand(shape))
+        self.rate, self.mask = float(rate), mask
+        super().__init__(shape[:-3], shape[-3:], validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(GammaAttention, _instance)
+        shape = torch.Size(batch_shape) + self.event_shape
+        GammaAttention.__init__(new, self.concentration, self.rate, shape, self.mask, False)
+        new._validate_args = self._validate_args
+        return new
+
+    def rsample(self, sample_shape=()) -> torch.Tensor:
+        shape = self._extended_shape(sample_shape)
+        draws = torch._standard_gamma(self.concentration.expand(shape)) / self.rate
+        return draws.clamp_min(torch.finfo(draws.dtype).tiny)
+
+    def log_prob(self, value) -> torch.Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        alpha, beta = self.concentration, self.rate
+        log_density = (
+            alpha * math.log(beta)
             - torch.lgamma(alpha)
+            + (alpha - 1) * log_of_draw(value)
+            - beta * value
         )
+        if self.mask is not None:
+            log_density = torch.where(self.mask, log_density, 0.0)
+        return _event_sum(log_density)
+
+
+@register_kl(WeibullAttention, GammaAttention)
+def kl_weibull_gamma_attention(q: WeibullAttention, p: GammaAttention) -> torch.Tensor:
+    r""":math:`\mathrm{KL}(q \| p)` of one attention layer, summed over its visible weights.
+
+    Per weight (see :func:`kl_weibull_gamma`, with :math:`\lambda\Gamma(1 + 1/k) = p`),
+
+    .. math::
+        \log k - \gamma - 1 + \log\Gamma(\alpha) + \alpha\left(\frac{\gamma}{k} - \log\beta
+        + \log\Gamma(1 + 1/k)\right) - \alpha \log p + \beta p.
+
+    Summed: the terms of :math:`\alpha` alone are weighted by how many visible weights each
+    distinct :math:`\alpha` stands for; :math:`\sum \alpha \log p` sums ``log p`` over the
+    axes :math:`\alpha` is shared along first; and :math:`\sum \beta p` is :math:`\beta` per
+    query row, since ``p`` sums to one over each row's visible keys.
+    """
+    shape = torch.broadcast_shapes(q.log_p.shape, p.batch_shape + p.event_shape)
+    ndim = len(shape)
+    alpha = p.concentration.reshape((1,) * (ndim - p.concentration.dim()) + p.concentration.shape)
+    k, beta = q.concentration, p.rate
+    shared = tuple(d for d in range(ndim - 3, ndim) if alpha.shape[d] == 1 and shape[d] > 1)
+    # How many visible weights of each event one value of alpha stands for.
+    event = (1,) * (ndim - 3) + tuple(shape[-3:])
+    if q.mask is None:
+        visible = alpha.new_ones(()).expand(event)
+    else:
+        visible = q.mask.to(alpha.dtype).expand(event)
+    counts = visible.sum(shared, keepdim=True) if shared else visible
+    rows = visible.amax(-1).sum()  # query rows that see a key, over the heads
+    per_alpha = torch.lgamma(alpha) + alpha * (EULER_GAMMA / k - math.log(beta) + q.log_mean_factor)
+    log_p = q.log_p.sum(shared, keepdim=True) if shared else q.log_p  # hidden keys hold 0
+    kl = (
+        (math.log(k) - EULER_GAMMA - 1) * visible.sum()
+        + _event_sum(per_alpha * counts - alpha * log_p)
+        + beta * rows
+    )
+    return kl.expand(shape[:-3])
 
 
 @register_kl(Weibull, Gamma)
