@@ -5,6 +5,7 @@ import runpy
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -26,11 +27,24 @@ def test_vae_example_quick(tmp_path, data_dir, monkeypatch):
     assert np.isfinite(metrics["best_valid_elbo"])
 
 
+def test_vae_example_burda_schedule():
+    """Burda et al.'s stages: 3**i epochs at lr * 10**(-i/7), i = 0..7, scaled; 3,280 in all."""
+    script = runpy.run_path(str(EXAMPLES / "vae.py"), run_name="vae")
+    args = script["parse_args"](["--lr-schedule", "burda"])
+    stages = script["epoch_stages"](args)
+    assert args.epochs == 3280 and [n for n, _ in stages] == [3**i for i in range(8)]
+    np.testing.assert_allclose([lr for _, lr in stages][::7], [1e-3, 1e-4])
+    third = script["parse_args"](["--lr-schedule", "burda", "--schedule-scale", "0.3333"])
+    assert third.epochs == 1094 and script["parse_args"]([]).epochs == 500
+    with pytest.raises(SystemExit):
+        script["parse_args"](["--lr-schedule", "burda", "--schedule-scale", "0"])
+
+
 def test_vae_example_dynamic_protocol_draws_the_latent_space(tmp_path, data_dir, monkeypatch):
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
     monkeypatch.setenv("ZOO_OFFLINE", "1")
     argv = ["--quick", "--protocol", "dynamic", "--latent-dim", "2", "--out", str(tmp_path)]
-    metrics = run_example("vae", [*argv, "--backend", "pyro"])
+    metrics = run_example("vae", [*argv, "--backend", "pyro", "--lr-schedule", "burda"])
     # Scored on its own fixed binarization of the grey test images and on the static test set.
     assert metrics["test_elbo"] < metrics["test_log_px_k20"] < 0
     assert metrics["static_test_elbo"] < metrics["static_test_log_px_k20"] < 0
