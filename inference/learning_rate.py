@@ -4,7 +4,8 @@ Stages are ``[(num_steps, lr), ...]``: the first ``num_steps`` updates use the f
 next stage's updates the next, and the last rate holds once every stage has run. Both backends
 index the stages by the number of updates Adam has applied (a step skipped for a non-finite loss
 does not count), and that count is part of the optimiser's state, so a resumed run continues the
-schedule where it stopped.
+schedule where it stopped. NumPyro reads the staged rates in float32 (a float64 rate would turn
+float32 parameters float64); a single float ``lr`` is used as given.
 """
 
 from __future__ import annotations
