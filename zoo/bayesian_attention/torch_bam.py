@@ -50,6 +50,7 @@ from zoo.bayesian_attention.torch_distributions import (
     compact,
     kl_lognormal_lognormal,
     kl_weibull_gamma,
+    masked_log_softmax,
 )
 
 __all__ = [
@@ -87,24 +88,6 @@ def attention_logits(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     Tensor, shape (..., Lq, Lk)
     """
     return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-
-
-def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Log-softmax over keys (the last axis) of the visible keys; ``-inf`` on hidden keys.
-
-    Parameters
-    ----------
-    logits : Tensor, shape (..., Lq, Lk)
-    mask : bool Tensor, broadcastable to ``logits``, optional
-        True where a key is visible.
-
-    Returns
-    -------
-    Tensor, the broadcast shape of ``logits`` and ``mask``
-    """
-    if mask is not None:
-        logits = torch.where(mask, logits, float("-inf"))
-    return torch.log_softmax(logits, dim=-1)
 
 
 def weibull_log_scale(log_p: torch.Tensor, concentration) -> torch.Tensor:

@@ -43,6 +43,7 @@ __all__ = [
     "kl_weibull_gamma",
     "kl_weibull_gamma_attention",
     "log_of_draw",
+    "masked_log_softmax",
     "weibull_log_noise",
 ]
 
@@ -63,6 +64,24 @@ def compact(t: torch.Tensor) -> torch.Tensor:
         for size, stride in zip(t.shape, t.stride(), strict=True)
     )
     return t[index]
+
+
+def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-softmax over keys (the last axis) of the visible keys; ``-inf`` on hidden keys.
+
+    Parameters
+    ----------
+    logits : Tensor, shape (..., Lq, Lk)
+    mask : bool Tensor, broadcastable to ``logits``, optional
+        True where a key is visible.
+
+    Returns
+    -------
+    Tensor, the broadcast shape of ``logits`` and ``mask``
+    """
+    if mask is not None:
+        logits = torch.where(mask, logits, float("-inf"))
+    return torch.log_softmax(logits, dim=-1)
 
 
 def exp_keeping_log(log_value: torch.Tensor) -> torch.Tensor:
@@ -282,9 +301,7 @@ class WeibullAttention(TorchDistribution):
     has_rsample = True
 
     def __init__(self, logits, concentration: float, mask=None, validate_args=None):
-        if mask is not None:
-            logits = torch.where(mask, logits, -torch.inf)
-        log_p = torch.log_softmax(logits, -1)
+        log_p = masked_log_softmax(logits, mask)
         if mask is not None:  # a finite placeholder, as for the draws
             log_p = torch.where(mask, log_p, 0.0)
         self._set(log_p, float(concentration), mask, validate_args)
