@@ -76,7 +76,6 @@ def parse(lr) -> float | Stages:
 
 
 def _check_rate(value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        raise ValueError(f"lr must be a float in the range (0, inf); got {value!r}.")
-    if not 0 < value < float("inf"):
+    is_number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+    if not (is_number and 0 < value < float("inf")):
         raise ValueError(f"lr must be a float in the range (0, inf); got {value!r}.")
