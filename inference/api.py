@@ -152,7 +152,9 @@ def fit(
         (``result.best_step``). For models with per-datum evaluation (``FitResult.elbo``).
     checkpoint, checkpoint_every, resume :
         Write an atomic checkpoint to ``checkpoint`` every ``checkpoint_every`` steps; with
-        ``resume=True`` continue from it to the same result as an uninterrupted run.
+        ``resume=True`` continue from it to the same result as an uninterrupted run. A larger
+        ``num_steps`` on resume extends the run, unless the run depends on ``num_steps`` (a
+        temperature annealed over it, a stream): then the checkpoint is refused.
     num_data : int, optional
         With a stream of minibatches: the size of the full data set (scales the data plate).
     step_size : (tau, kappa)
@@ -308,6 +310,9 @@ def fit(
         "config_fingerprint": _fingerprint(_config_arrays(config)),
         "options": options,
     }
+    if getattr(state, "extendable", False):
+        # Resume may ask for more steps than the checkpointed run did (training extended).
+        header["options"] = {k: v for k, v in options.items() if k != "num_steps"}
 
     validation = None
 

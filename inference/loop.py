@@ -38,6 +38,8 @@ def restore(path, header, alg, state, validation=None):
     saved, arrays = checkpoint.load(path)
     if saved.get("kind") != "checkpoint":
         raise checkpoint.CheckpointError(f"{path!r} is a {saved.get('kind')!r}, not a checkpoint.")
+    if "num_steps" not in header.get("options", {}):  # an extendable run (older files record it)
+        saved["options"] = {k: v for k, v in saved.get("options", {}).items() if k != "num_steps"}
     for key in (
         "model",
         "algorithm",
@@ -100,6 +102,11 @@ def run(
     start_step = 0
     if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
         state, history, start_step = restore(checkpoint_path, header, alg, state, validation)
+        if start_step > num_steps:
+            raise ValueError(
+                f"Checkpoint {checkpoint_path!r} is at step {start_step}, past num_steps="
+                f"{num_steps}; resume with num_steps >= {start_step}."
+            )
     elapsed0 = history["time"][-1] if history["time"] else 0.0
     t0 = time.perf_counter() - elapsed0
     converged = False

@@ -55,6 +55,14 @@ class SVIState:
     source: Any = None  # data not held in memory: one minibatch per step
     shard: tuple[int, int] | None = None  # Pyro data-parallel: (rank, world size)
     step: int = 0
+    anneals: bool = False  # the temperature schedule is spread over num_steps
+
+    @property
+    def extendable(self) -> bool:
+        """Whether nothing in the run depends on ``num_steps`` (no annealing spread over it, no
+        stream sized by it), so a resumed run may go on for more steps than it first asked for
+        and match an uninterrupted run of the new length."""
+        return not self.anneals and self.source is None
 
 
 def geometric_schedule(start: float, end: float, num_steps: int):
@@ -165,6 +173,7 @@ class SVIAlgorithm:
             grey=grey,
             source=source,
             shard=shard,
+            anneals=guide == "gumbel" or hasattr(twin, "temperature_schedule"),
         )
 
     @staticmethod

@@ -86,6 +86,15 @@ def test_resume_reaches_the_same_result(tmp_path, gmm_data, backend, algorithm):
             callback=interrupt,
             **kwargs,
         )
+    if algorithm == "svi":  # the Gumbel temperature is annealed over num_steps: it cannot grow
+        with pytest.raises(CheckpointError, match="its options"):
+            inference.fit(
+                "bayesian_gmm",
+                {"x": gmm_data},
+                checkpoint=path,
+                resume=True,
+                **{**kwargs, "num_steps": 40},
+            )
     resumed = inference.fit("bayesian_gmm", {"x": gmm_data}, checkpoint=path, resume=True, **kwargs)
     np.testing.assert_array_equal(resumed.history["objective"], full.history["objective"])
     for k in full.raw_params:

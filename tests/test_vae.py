@@ -127,13 +127,20 @@ def test_warm_start_from_the_other_backend(digits, pyro_fit):
 
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_minibatch_resume_reaches_the_same_result(tmp_path, digits, backend):
+    # The run stopped at step 13 of 20 resumes asking for 30 (training extended: nothing in a VAE
+    # fit depends on num_steps) and must match an uninterrupted 30-step run.
     opts = dict(batch_size=64, progress=False, lr=3e-3, **SMALL)  # 9 steps an epoch
     full = inference.fit("vae", {"x": digits}, "svi", backend, num_steps=30, **opts)
     path = tmp_path / "ck.zoo"
     with pytest.raises(KeyboardInterrupt):
         inference.fit(
-            "vae", {"x": digits}, "svi", backend, num_steps=30, checkpoint=path,
+            "vae", {"x": digits}, "svi", backend, num_steps=20, checkpoint=path,
             checkpoint_every=100, callback=_stop_after(13), **opts,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="past num_steps=10"):
+        inference.fit(
+            "vae", {"x": digits}, "svi", backend, num_steps=10, checkpoint=path, resume=True,
+            **opts,
         )  # fmt: skip
     resumed = inference.fit(
         "vae", {"x": digits}, "svi", backend, num_steps=30, checkpoint=path, resume=True, **opts
