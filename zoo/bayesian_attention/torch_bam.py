@@ -168,6 +168,14 @@ class ContextualPrior(nn.Module):
 
     def scores(self, k: torch.Tensor) -> torch.Tensor:
         """Unnormalised key scores, shape (..., Lk), from keys of shape (..., Lk, D)."""
+        if k.dim() >= 3 and not k.is_contiguous() and k.transpose(-3, -2).is_contiguous():
+            # Keys split into heads are a transposed view (..., H, Lk, D) of (..., Lk, H, D):
+            # score them in that layout and transpose the scores, so that neither the forward
+            # nor the backward pass copies the keys.
+            return self._score(k.transpose(-3, -2)).transpose(-1, -2)
+        return self._score(k)
+
+    def _score(self, k: torch.Tensor) -> torch.Tensor:
         return self.out(torch.relu(self.hidden(k))).squeeze(-1)
 
     def log_weights(self, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

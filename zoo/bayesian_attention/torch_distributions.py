@@ -414,23 +414,29 @@ def kl_weibull_gamma_attention(q: WeibullAttention, p: GammaAttention) -> torch.
     axes :math:`\alpha` is shared along first; and :math:`\sum \beta p` is :math:`\beta` per
     query row, since ``p`` sums to one over each row's visible keys.
     """
-    shape = torch.broadcast_shapes(q.log_p.shape, p.batch_shape + p.event_shape)
+    p_shape = p.batch_shape + p.event_shape
+    shape = q.log_p.shape
+    if shape != p_shape:  # (the usual case skips torch's broadcast_shapes, slow in Python)
+        shape = torch.broadcast_shapes(shape, p_shape)
     ndim = len(shape)
     alpha = p.concentration.reshape((1,) * (ndim - p.concentration.dim()) + p.concentration.shape)
     k, beta = q.concentration, p.rate
     shared = tuple(d for d in range(ndim - 3, ndim) if alpha.shape[d] == 1 and shape[d] > 1)
-    # How many visible weights of each event one value of alpha stands for.
-    event = (1,) * (ndim - 3) + tuple(shape[-3:])
+    # How many visible weights of each event one value of alpha stands for, how many there are
+    # in all, and how many query rows see a key (over the heads).
     if q.mask is None:
-        visible = alpha.new_ones(()).expand(event)
+        counts = math.prod(shape[d] for d in shared)
+        total = math.prod(shape[-3:])
+        rows = shape[-3] * shape[-2]
     else:
-        visible = q.mask.to(alpha.dtype).expand(event)
-    counts = visible.sum(shared, keepdim=True) if shared else visible
-    rows = visible.amax(-1).sum()  # query rows that see a key, over the heads
+        visible = q.mask.to(alpha.dtype).expand((1,) * (ndim - 3) + tuple(shape[-3:]))
+        counts = visible.sum(shared, keepdim=True) if shared else visible
+        total = visible.sum()
+        rows = visible.amax(-1).sum()
     per_alpha = torch.lgamma(alpha) + alpha * (EULER_GAMMA / k - math.log(beta) + q.log_mean_factor)
     log_p = q.log_p.sum(shared, keepdim=True) if shared else q.log_p  # hidden keys hold 0
     kl = (
-        (math.log(k) - EULER_GAMMA - 1) * visible.sum()
+        (math.log(k) - EULER_GAMMA - 1) * total
         + _event_sum(per_alpha * counts - alpha * log_p)
         + beta * rows
     )
