@@ -19,6 +19,10 @@ latent under the dynamic protocol, the latent space coloured by digit label, to 
     python examples/vae.py --backend numpyro --epochs 1000 --patience 50
     python examples/vae.py --protocol dynamic --lr-schedule burda --schedule-scale 0.33
     python examples/vae.py --checkpoint run.zoo --evaluate-checkpoint   # score a stopped run
+
+A run with ``--checkpoint`` that ended can be extended: the same command with a larger
+``--epochs`` resumes it (past a schedule's end its last rate holds), as if it had asked for those
+epochs from the start.
 """
 
 from __future__ import annotations
