@@ -48,21 +48,20 @@ class SVIState:
     problem: Problem
     engine: Any  # the backend's SVIEngine
     guide: str
-    schedule: Any  # step -> temperature or None
+    schedule: Any  # step -> temperature, spread over num_steps; None: no temperature
     batches: EpochBatches | None = None
     grey: np.ndarray | None = None  # with dynamic binarization: the grey levels of data["x"]
     data_epoch: int = 0  # the epoch whose binarization the engine holds
     source: Any = None  # data not held in memory: one minibatch per step
     shard: tuple[int, int] | None = None  # Pyro data-parallel: (rank, world size)
     step: int = 0
-    anneals: bool = False  # the temperature schedule is spread over num_steps
 
     @property
     def extendable(self) -> bool:
-        """Whether nothing in the run depends on ``num_steps`` (no annealing spread over it, no
+        """Whether nothing in the run depends on ``num_steps`` (no temperature spread over it, no
         stream sized by it), so a resumed run may go on for more steps than it first asked for
         and match an uninterrupted run of the new length."""
-        return not self.anneals and self.source is None
+        return self.schedule is None and self.source is None
 
 
 def geometric_schedule(start: float, end: float, num_steps: int):
@@ -121,7 +120,7 @@ class SVIAlgorithm:
         elif hasattr(twin, "temperature_schedule"):  # e.g. a KL-weight warm-up the model reads
             schedule = twin.temperature_schedule(problem.config, num_steps)
         else:
-            schedule = lambda step: None  # noqa: E731
+            schedule = None
         batches = shard = None
         model = spec.build_model(problem.backend.NAME, config, start_values)
         guide_fn = twin.make_guide(guide, config, start_values)
@@ -159,7 +158,7 @@ class SVIAlgorithm:
             num_particles=int(num_particles),
             seed=problem.seed,
             device=problem.device,
-            init_temperature=schedule(0),
+            init_temperature=None if schedule is None else schedule(0),
             data_parallel=bool(data_parallel),
             batch_rows=batch_rows,
             jit=bool(jit),
@@ -173,7 +172,6 @@ class SVIAlgorithm:
             grey=grey,
             source=source,
             shard=shard,
-            anneals=guide == "gumbel" or hasattr(twin, "temperature_schedule"),
         )
 
     @staticmethod
@@ -224,7 +222,8 @@ class SVIAlgorithm:
             rows = state.batches.indices(state.step)
             if state.shard is not None:
                 rows = rows[self._share(len(rows), state.shard)]
-        elbo = state.engine.step(state.schedule(state.step), rows, batch=batch)
+        temperature = None if state.schedule is None else state.schedule(state.step)
+        elbo = state.engine.step(temperature, rows, batch=batch)
         state.step += 1
         return state, Info(objective=elbo)
 
