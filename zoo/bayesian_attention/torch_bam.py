@@ -170,9 +170,10 @@ class ContextualPrior(nn.Module):
         """Unnormalised key scores, shape (..., Lk), from keys of shape (..., Lk, D)."""
         if k.dim() >= 3 and not k.is_contiguous() and k.transpose(-3, -2).is_contiguous():
             # Keys split into heads are a transposed view (..., H, Lk, D) of (..., Lk, H, D):
-            # score them in that layout and transpose the scores, so that neither the forward
-            # nor the backward pass copies the keys.
-            return self._score(k.transpose(-3, -2)).transpose(-1, -2)
+            # score them in that layout, so that neither the forward nor the backward pass
+            # copies the keys, and copy the (D times smaller) scores into the heads' layout,
+            # where the softmax over keys reads contiguous rows.
+            return self._score(k.transpose(-3, -2)).transpose(-1, -2).contiguous()
         return self._score(k)
 
     def _score(self, k: torch.Tensor) -> torch.Tensor:

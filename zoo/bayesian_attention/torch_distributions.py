@@ -59,11 +59,10 @@ def compact(t: torch.Tensor) -> torch.Tensor:
     """
     if not isinstance(t, torch.Tensor) or t.dim() == 0:
         return t
-    index = tuple(
-        slice(0, 1) if stride == 0 and size > 1 else slice(None)
-        for size, stride in zip(t.shape, t.stride(), strict=True)
-    )
-    return t[index]
+    shared = [stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride(), strict=True)]
+    if not any(shared):  # (indexing would add an alias to the autograd graph)
+        return t
+    return t[tuple(slice(0, 1) if s else slice(None) for s in shared)]
 
 
 def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -312,6 +311,8 @@ class WeibullAttention(TorchDistribution):
         super().__init__(log_p.shape[:-3], log_p.shape[-3:], validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
+        if _instance is None and torch.Size(batch_shape) == self.batch_shape:
+            return self  # (Pyro expands every site's distribution to the plates' shape)
         new = self._get_checked_instance(WeibullAttention, _instance)
         log_p = self.log_p.expand(torch.Size(batch_shape) + self.event_shape)
         new._set(log_p, self.concentration, self.mask, validate_args=False)
@@ -368,11 +369,25 @@ class GammaAttention(TorchDistribution):
 
     def __init__(self, concentration, rate: float, shape, mask=None, validate_args=None):
         shape = torch.Size(shape)
-        self.concentration = compact(concentration.expand(shape))
+        lead = len(shape) - concentration.dim()
+        if lead < 0 or any(
+            c not in (1, s) for c, s in zip(concentration.shape, shape[lead:], strict=True)
+        ):
+            raise ValueError(
+                f"expected a concentration broadcastable to {tuple(shape)}; "
+                f"got shape {tuple(concentration.shape)}."
+            )
+        if lead:
+            concentration = concentration.reshape((1,) * lead + concentration.shape)
+        # Not expanded to the full shape: the backward pass of slicing an expanded tensor back
+        # to its distinct values (compact) would fill a tensor of the full shape with zeros.
+        self.concentration = compact(concentration)
         self.rate, self.mask = float(rate), mask
         super().__init__(shape[:-3], shape[-3:], validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
+        if _instance is None and torch.Size(batch_shape) == self.batch_shape:
+            return self
         new = self._get_checked_instance(GammaAttention, _instance)
         shape = torch.Size(batch_shape) + self.event_shape
         GammaAttention.__init__(new, self.concentration, self.rate, shape, self.mask, False)
@@ -419,7 +434,9 @@ def kl_weibull_gamma_attention(q: WeibullAttention, p: GammaAttention) -> torch.
     if shape != p_shape:  # (the usual case skips torch's broadcast_shapes, slow in Python)
         shape = torch.broadcast_shapes(shape, p_shape)
     ndim = len(shape)
-    alpha = p.concentration.reshape((1,) * (ndim - p.concentration.dim()) + p.concentration.shape)
+    alpha = p.concentration
+    if alpha.dim() < ndim:
+        alpha = alpha.reshape((1,) * (ndim - alpha.dim()) + alpha.shape)
     k, beta = q.concentration, p.rate
     shared = tuple(d for d in range(ndim - 3, ndim) if alpha.shape[d] == 1 and shape[d] > 1)
     # How many visible weights of each event one value of alpha stands for, how many there are
