@@ -42,7 +42,7 @@ def heldout(spec, raw, config, x_test, num_samples, seed=0):
     return float(np.mean(logsumexp(ll, axis=0) - np.log(num_samples)))
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--n", type=int)
@@ -56,10 +56,15 @@ def main():
     parser.add_argument("--eval-every", type=int)
     parser.add_argument("--num-samples", type=int, default=100)
     parser.add_argument("--target", type=float, default=0.001)
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "svi_natural_vs_cavi.json"))
+    parser.add_argument(
+        "--out", help="default: results/svi_natural_vs_cavi.json (_quick.json with --quick)"
+    )
     parser.add_argument("--workdir")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     quick = args.quick
+    if args.out is None:  # a smoke run never overwrites the full run's results
+        name = "svi_natural_vs_cavi_quick.json" if quick else "svi_natural_vs_cavi.json"
+        args.out = os.path.join(HERE, "results", name)
     n = args.n or (200_000 if quick else 10_000_000)
     sub = args.subsample or (20_000 if quick else 1_000_000)
     batch = args.batch_size or (500 if quick else 5_000)

@@ -1,0 +1,72 @@
+"""Every benchmark runs end to end in its --quick mode and reports what its README table needs.
+
+The timings of a smoke run on a shared machine say nothing, so only their form is checked here:
+every path timed, positive, finite, and the ratios taken against the right baseline.
+"""
+
+import json
+import math
+import runpy
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_benchmark(name, argv):
+    script = runpy.run_path(str(BENCHMARKS / f"{name}.py"), run_name=name)  # in-process
+    return script["main"](argv)
+
+
+def positive(x):
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def test_bam_speed_quick(tmp_path):
+    table = run_benchmark("bam_speed", ["--quick", "--json", str(tmp_path / "bam.json")])
+    for backend in ("pyro", "numpyro"):
+        assert table[f"{backend} softmax"]["x_softmax"] == 1.0
+        for attention in ("softmax", "weibull", "lognormal"):
+            row = table[f"{backend} {attention}"]
+            assert positive(row["ms_per_step"]) and positive(row["x_softmax"])
+    assert json.loads((tmp_path / "bam.json").read_text())["results"] == table
+
+
+def test_vae_speed_quick(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    table = run_benchmark("vae_speed", ["--quick", "--json", str(tmp_path / "vae.json")])
+    assert table["plain PyTorch loop"]["x_plain_pytorch"] == 1.0
+    assert {name.split(",")[0] for name in table} == {
+        "plain PyTorch loop",
+        "zoo Pyro",
+        "zoo NumPyro",
+    }
+    for row in table.values():
+        assert positive(row["seconds_per_epoch"]) and positive(row["x_plain_pytorch"])
+
+
+def test_cavi_speed_quick(tmp_path):
+    out = run_benchmark("cavi_speed", ["--quick", "--json", str(tmp_path / "cavi.json")])
+    assert set(out["seconds_per_iteration"]) == {"sklearn", "numpyro", "pyro"}
+    assert all(positive(t) for t in out["seconds_per_iteration"].values())
+    # The zoo's CAVI and scikit-learn's variational mixture reach the same means.
+    assert max(out["max_relative_difference_of_means_vs_sklearn"].values()) < 1e-6
+    assert json.loads((tmp_path / "cavi.json").read_text()) == out
+
+
+def test_svi_overhead_quick(tmp_path):
+    out = run_benchmark("svi_overhead", ["--quick", "--json", str(tmp_path / "overhead.json")])
+    for backend in ("numpyro", "pyro"):
+        row = out[backend]
+        assert positive(row["zoo_s_per_step"]) and positive(row["bare_s_per_step"])
+        assert row["ratio"] == pytest.approx(row["zoo_s_per_step"] / row["bare_s_per_step"])
+
+
+def test_svi_natural_vs_cavi_quick(tmp_path):
+    path = tmp_path / "natural.json"
+    run_benchmark("svi_natural_vs_cavi", ["--quick", "--out", str(path)])
+    report = json.loads(path.read_text())
+    assert positive(report["svi_natural"]["wall_s"])
+    assert math.isfinite(report["svi_natural"]["heldout_per_point"])
