@@ -600,6 +600,10 @@ def test_attention_layer_distributions_match_the_weightwise_ones(contextual, mas
     draws = q.rsample((4000,))
     assert draws.shape == (4000, *shape) and bool((draws > 0).all())
     _within_4_se(draws.detach()[:, visible].numpy(), log_p.exp()[visible].detach().numpy())
+    # Expanding to its own batch shape (as Pyro does at every site) is the distribution itself.
+    assert q.expand(batch) is q and p.expand(batch) is p
+    with pytest.raises(ValueError, match="broadcastable"):
+        TD.GammaAttention(_t(np.ones((*batch, heads, 1, tokens + 1))), beta, shape, mask)
 
 
 def test_draws_keep_their_log_for_the_attention_weights():
