@@ -152,9 +152,7 @@ def canonical_name(name: str) -> str:
 
 def _fusable(params) -> bool:
     """Whether torch's fused Adam takes these parameters: floating point, on a CPU or GPU."""
-    return bool(params) and all(
-        p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params
-    )
+    return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
 
 
 class SVIEngine:
@@ -165,8 +163,8 @@ class SVIEngine:
     Pyro's ``SVI`` with ``pyro.optim.Adam`` (an optimiser per parameter; measured in
     ``benchmarks/vae_speed.py``) and computes the same update. It is torch's fused Adam (one
     kernel for all the parameters): torch picks it by default on a GPU only, and on a CPU its
-    per-parameter loop costs a Python round of about ten operations per parameter per step. Every parameter must exist after
-    the first evaluation of the loss (true of the zoo's models). Pyro keeps parameters in one
+    per-parameter loop costs a Python round of about ten operations per parameter per step.
+    Every parameter must exist after the first evaluation of the loss (true of the zoo's models). Pyro keeps parameters in one
     global store, so one Pyro fit runs at a time in a process.
     ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None);
     ``step(temperature, batch=...)`` on a minibatch given as tensors (``inference.streaming``).
