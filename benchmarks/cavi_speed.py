@@ -31,7 +31,7 @@ def make_problem(n, d, k, seed=0):
     return x, resp
 
 
-def sklearn_iteration_time(x, resp, k, iters=(5, 25)):
+def sklearn_iteration_time(x, resp, k, iters=(5, 25), repeats=1):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.mixture import BayesianGaussianMixture
 
@@ -39,14 +39,19 @@ def sklearn_iteration_time(x, resp, k, iters=(5, 25)):
         def _initialize_parameters(self, X, random_state, xp=None):
             self._initialize(X, resp)
 
+    # The time of an iteration is the difference of two fits' times; each fit's is its fastest
+    # of `repeats` runs, so that on a small problem, load elsewhere cannot make it negative.
     times = []
     for n_iter in iters:
         model = FromResponsibilities(n_components=k, max_iter=n_iter, tol=0.0, reg_covar=0.0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            t0 = time.perf_counter()
-            model.fit(x)
-            times.append(time.perf_counter() - t0)
+        best = np.inf
+        for _ in range(repeats):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                t0 = time.perf_counter()
+                model.fit(x)
+                best = min(best, time.perf_counter() - t0)
+        times.append(best)
     return (times[1] - times[0]) / (iters[1] - iters[0]), model
 
 
@@ -85,13 +90,16 @@ def main(argv=None):
     parser.add_argument("--d", type=int, default=10)
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--steps", type=int, default=25)
-    parser.add_argument("--quick", action="store_true", help="N=5000, few steps")
+    parser.add_argument("--repeats", type=int, default=1, help="scikit-learn: best of this many")
+    parser.add_argument("--quick", action="store_true", help="N=5000, few steps, best of 3")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     if args.quick:
-        args.n, args.steps = 5000, 8
+        args.n, args.steps, args.repeats = 5000, 8, 3
     x, resp = make_problem(args.n, args.d, args.k)
-    sk_time, sk_model = sklearn_iteration_time(x, resp, args.k, iters=(3, 3 + args.steps))
+    sk_time, sk_model = sklearn_iteration_time(
+        x, resp, args.k, iters=(3, 3 + args.steps), repeats=args.repeats
+    )
     rows = {"sklearn": sk_time}
     agreement = {}
     for backend in ("numpyro", "pyro"):
