@@ -606,12 +606,70 @@ def test_attention_layer_distributions_match_the_weightwise_ones(contextual, mas
         TD.GammaAttention(_t(np.ones((*batch, heads, 1, tokens + 1))), beta, shape, mask)
 
 
+@pytest.mark.parametrize("contextual", [True, False])
+@pytest.mark.parametrize("masked", [True, False])
+def test_lognormal_attention_matches_the_weightwise_lognormals(contextual, masked):
+    """LogNormalAttention (one layer, mask inside) against Pyro's weight-wise LogNormal, masked
+    and summed: log-densities, the layer's KL and its gradients in the logits and the prior's
+    log-mean; the mean is the softmax, and the draws have that mean."""
+    rng = np.random.default_rng(17)
+    batch, heads, tokens, sigma_q, sigma_p = (3,), 2, 4, 0.3, 0.7
+    shape = (*batch, heads, tokens, tokens)
+    mask = torch.as_tensor(rng.random((tokens, tokens)) < 0.6) if masked else None
+    if masked:
+        mask[:, 0] = True  # every query sees a key
+    visible = torch.ones(shape, dtype=torch.bool) if mask is None else mask.expand(shape)
+    logits = _t(rng.normal(size=shape)).requires_grad_()
+    prior_shape = (*batch, heads, 1, tokens) if contextual else ()
+    log_m = _t(rng.normal(size=prior_shape)).requires_grad_()
+    value = _t(rng.uniform(0.05, 2.0, shape))
+
+    log_p = torch.where(visible, T.masked_log_softmax(logits, mask), 0.0)
+    q = TD.LogNormalAttention(log_p, sigma_q, shape, mask)
+    p = TD.LogNormalAttention(log_m, sigma_p, shape, mask)
+    assert q.batch_shape == p.batch_shape == batch and q.event_shape == shape[1:]
+    assert p.log_mean.shape == (1,) * (len(shape) - len(prior_shape)) + prior_shape  # compact
+    kl = torch_kl(q, p)
+    grads = torch.autograd.grad(kl.sum(), (logits, log_m), retain_graph=True)
+
+    def weightwise(log_mean, sigma):
+        return pdist.LogNormal(log_mean.expand(shape) - sigma**2 / 2, _t(sigma).expand(shape))
+
+    def masked_sum(t):
+        return torch.where(visible, t, 0.0).sum((-3, -2, -1))
+
+    q_ref, p_ref = weightwise(log_p, sigma_q), weightwise(log_m, sigma_p)
+    kl_ref = masked_sum(torch_kl(q_ref, p_ref))
+    grads_ref = torch.autograd.grad(kl_ref.sum(), (logits, log_m))
+    torch.testing.assert_close(kl, kl_ref)
+    for g, g_ref in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(g, g_ref)
+    torch.testing.assert_close(q.log_prob(value), masked_sum(q_ref.log_prob(value)))
+    torch.testing.assert_close(p.log_prob(value), masked_sum(p_ref.log_prob(value)))
+    torch.testing.assert_close(q.mean, torch.where(visible, log_p.exp(), 0.0))
+    expanded = q.expand((2, *batch))
+    assert expanded.batch_shape == (2, *batch)
+    torch.testing.assert_close(torch_kl(expanded, p.expand((2, *batch))), kl.expand(2, *batch))
+    torch.manual_seed(0)
+    draws = q.rsample((4000,))
+    assert draws.shape == (4000, *shape) and bool((draws > 0).all())
+    _within_4_se(draws.detach()[:, visible].numpy(), log_p.exp()[visible].detach().numpy())
+    assert q.expand(batch) is q and p.expand(batch) is p
+    with pytest.raises(ValueError, match="broadcastable"):
+        TD.LogNormalAttention(_t(np.zeros((*batch, heads, 1, tokens + 1))), 1.0, shape, mask)
+
+
 def test_draws_keep_their_log_for_the_attention_weights():
     """The guide's draws carry the log they were made from: the same value and gradient as
     ``torch.log`` of the draw, without a second pass over it; other tensors fall back to log."""
     rng = np.random.default_rng(15)
     loc, weights = rng.normal(size=(6, 5)), _t(rng.normal(size=(6, 5)))
-    for make in (lambda p: T.LogScaleWeibull(p, _t(3.0)), lambda p: TD.LogNormal(p, _t(0.4))):
+    makers = (
+        lambda p: T.LogScaleWeibull(p, _t(3.0)),
+        lambda p: TD.WeibullAttention(p.reshape(1, 1, 6, 5), 3.0),
+        lambda p: TD.LogNormalAttention(p.reshape(1, 1, 6, 5), 0.4, (1, 1, 6, 5)),
+    )
+    for make in makers:
         results = []
         for log in (TD.log_of_draw, torch.log):
             param = _t(loc).requires_grad_()

@@ -33,7 +33,7 @@ from zoo.bayesian_attention.torch_bam import (
 )
 from zoo.bayesian_attention.torch_distributions import (
     GammaAttention,
-    LogNormal,
+    LogNormalAttention,
     WeibullAttention,
     log_of_draw,
 )
@@ -170,11 +170,6 @@ def _mask(config, like):
     return torch.as_tensor(config.attention_mask, device=like.device).bool()
 
 
-def _full(like, value):
-    """``value`` broadcast to ``like``'s shape: a stride-0 view (see ``compact``)."""
-    return like.new_tensor(float(value)).expand(like.shape)
-
-
 def prior(config, attn: Attention, k, logits, mask):
     """p(S) of one layer, batch shape ``logits.shape[:-3]``, event (heads, tokens, tokens).
 
@@ -200,35 +195,22 @@ def prior(config, attn: Attention, k, logits, mask):
         else:  # uniform over the visible keys
             visible = shape[-1] if mask is None else mask.sum(-1, keepdim=True)
             log_m = -torch.log(torch.as_tensor(visible, dtype=logits.dtype, device=logits.device))
-        loc = log_m - config.prior_sigma**2 / 2
-        if mask is not None:
-            loc = torch.where(mask, loc, 0.0)
-        base = dist.LogNormal(
-            loc.expand(shape), _full(logits, config.prior_sigma), validate_args=False
-        )
-    else:
-        raise ValueError(f"attention {config.attention!r} has no latent weights.")
-    if mask is not None:
-        base = base.mask(mask)
-    return base.to_event(3)
+        if mask is not None:  # a finite stand-in on hidden keys (masked out of log-densities)
+            log_m = torch.where(mask, log_m, 0.0)
+        return LogNormalAttention(log_m, config.prior_sigma, shape, mask, validate_args=False)
+    raise ValueError(f"attention {config.attention!r} has no latent weights.")
 
 
 def posterior(config, logits, mask):
     """q(S | logits) of one layer: mean the (masked) softmax ``p``; reparameterised."""
     if config.attention == "weibull":
         return WeibullAttention(logits, config.concentration, mask, validate_args=False)
+    if config.attention != "lognormal":
+        raise ValueError(f"attention {config.attention!r} has no latent weights.")
     log_p = masked_log_softmax(logits, mask)
     if mask is not None:  # a finite stand-in on hidden keys (masked out of log-densities)
         log_p = torch.where(mask, log_p, 0.0)
-    if config.attention == "lognormal":
-        base = LogNormal(
-            log_p - config.sigma**2 / 2, _full(logits, config.sigma), validate_args=False
-        )
-    else:
-        raise ValueError(f"attention {config.attention!r} has no latent weights.")
-    if mask is not None:
-        base = base.mask(mask)
-    return base.to_event(3)
+    return LogNormalAttention(log_p, config.sigma, logits.shape, mask, validate_args=False)
 
 
 def _normalize(s, mask):

@@ -8,13 +8,14 @@ for ``pyro.distributions.Weibull`` and ``pyro.distributions.Gamma``, their subcl
 this module.
 
 For one whole attention layer, :class:`WeibullAttention` (the posterior, from the logits) and
-:class:`GammaAttention` (the prior) hold the mask themselves and have a KL summed over the layer
-(:func:`kl_weibull_gamma_attention`) that costs one pass over the weights instead of several.
+:class:`GammaAttention` (the prior), and :class:`LogNormalAttention` (either side of log-normal
+attention) hold the mask themselves and have a KL summed over the layer
+(:func:`kl_weibull_gamma_attention`, :func:`kl_lognormal_attention`) that costs one pass over
+the weights instead of several.
 
 torch already has :math:`\mathrm{KL}(\mathrm{LogNormal} \| \mathrm{LogNormal})` (the KL of the
 base normals). For Pyro's ``LogNormal`` this module registers :func:`kl_lognormal_lognormal`,
-the same value with the terms of broadcast scales computed once per distinct value, which the
-Pyro twin's mean-field ELBO then uses.
+the same value with the terms of broadcast scales computed once per distinct value.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from zoo.bayesian_attention._common import EULER_GAMMA
 
 __all__ = [
     "GammaAttention",
-    "LogNormal",
+    "LogNormalAttention",
     "LogScaleWeibull",
     "WeibullAttention",
     "clamp_uniform",
     "compact",
     "exp_keeping_log",
+    "kl_lognormal_attention",
     "kl_lognormal_lognormal",
     "kl_weibull_gamma",
     "kl_weibull_gamma_attention",
@@ -91,9 +93,10 @@ def exp_keeping_log(log_value: torch.Tensor) -> torch.Tensor:
 
 
 def log_of_draw(value: torch.Tensor) -> torch.Tensor:
-    """``log(value)``: for a draw of :class:`LogScaleWeibull` or :class:`LogNormal` the log it
-    was made from (no second pass over the draw, and a gradient path without ``exp``), else
-    ``torch.log``. Attention weights normalise the draws in log space."""
+    """``log(value)``: for a draw of :class:`LogScaleWeibull`, :class:`WeibullAttention` or
+    :class:`LogNormalAttention` the log it was made from (no second pass over the draw, and a
+    gradient path without ``exp``), else ``torch.log``. Attention weights normalise the draws in
+    log space."""
     log_value = getattr(value, "_zoo_log", None)
     return torch.log(value) if log_value is None else log_value
 
@@ -262,16 +265,6 @@ class LogScaleWeibull(TorchDistribution):
         return EULER_GAMMA * (1 - 1 / k) + self.log_scale - torch.log(k) + 1
 
 
-class LogNormal(pyro.distributions.LogNormal):
-    """Pyro's ``LogNormal`` whose draws keep their log (:func:`log_of_draw`)."""
-
-    def expand(self, batch_shape, _instance=None):
-        return super().expand(batch_shape, self._get_checked_instance(LogNormal, _instance))
-
-    def rsample(self, sample_shape=()) -> torch.Tensor:
-        return exp_keeping_log(self.base_dist.rsample(sample_shape))
-
-
 def _event_sum(t: torch.Tensor) -> torch.Tensor:
     return t.sum((-3, -2, -1))
 
@@ -329,9 +322,16 @@ class WeibullAttention(TorchDistribution):
         return p if self.mask is None else torch.where(self.mask, p, 0.0)
 
     def rsample(self, sample_shape=()) -> torch.Tensor:
-        noise = weibull_log_noise(self._extended_shape(sample_shape), self.log_p)
-        noise.mul_(1 / self.concentration).sub_(self.log_mean_factor)
-        return exp_keeping_log(self.log_p + noise)
+        # log S = log p - c + log(E) / k with E = -log u standard exponential and c the log
+        # mean factor; written log(E exp(-kc)) / k + log p, it takes five in-place passes over
+        # uniform noise (which needs no gradient), and no other tensor of the draw's size.
+        k = self.concentration
+        u = torch.rand(
+            self._extended_shape(sample_shape), dtype=self.log_p.dtype, device=self.log_p.device
+        )
+        finfo = torch.finfo(u.dtype)  # log u finite, and -log u above 0
+        u.clamp_(finfo.tiny, 1 - finfo.eps).log_().mul_(-math.exp(-k * self.log_mean_factor))
+        return exp_keeping_log(u.log_().div_(k).add_(self.log_p))
 
     def log_prob(self, value) -> torch.Tensor:
         if self._validate_args:
@@ -342,6 +342,20 @@ class WeibullAttention(TorchDistribution):
         if self.mask is not None:
             log_density = torch.where(self.mask, log_density, 0.0)
         return _event_sum(log_density)
+
+
+def _compact_to(param: torch.Tensor, shape: torch.Size, name: str) -> torch.Tensor:
+    """``param`` with its dimensions aligned to ``shape`` (size 1 on the left where missing) and
+    kept as its distinct values (:func:`compact`), not expanded: slicing an expanded tensor back
+    would make the backward pass fill a tensor of the full shape with zeros."""
+    lead = len(shape) - param.dim()
+    if lead < 0 or any(c not in (1, s) for c, s in zip(param.shape, shape[lead:], strict=True)):
+        raise ValueError(
+            f"expected a {name} broadcastable to {tuple(shape)}; got shape {tuple(param.shape)}."
+        )
+    if lead:
+        param = param.reshape((1,) * lead + param.shape)
+    return compact(param)
 
 
 class GammaAttention(TorchDistribution):
@@ -369,19 +383,7 @@ class GammaAttention(TorchDistribution):
 
     def __init__(self, concentration, rate: float, shape, mask=None, validate_args=None):
         shape = torch.Size(shape)
-        lead = len(shape) - concentration.dim()
-        if lead < 0 or any(
-            c not in (1, s) for c, s in zip(concentration.shape, shape[lead:], strict=True)
-        ):
-            raise ValueError(
-                f"expected a concentration broadcastable to {tuple(shape)}; "
-                f"got shape {tuple(concentration.shape)}."
-            )
-        if lead:
-            concentration = concentration.reshape((1,) * lead + concentration.shape)
-        # Not expanded to the full shape: the backward pass of slicing an expanded tensor back
-        # to its distinct values (compact) would fill a tensor of the full shape with zeros.
-        self.concentration = compact(concentration)
+        self.concentration = _compact_to(concentration, shape, "concentration")
         self.rate, self.mask = float(rate), mask
         super().__init__(shape[:-3], shape[-3:], validate_args=validate_args)
 
@@ -412,6 +414,103 @@ class GammaAttention(TorchDistribution):
         if self.mask is not None:
             log_density = torch.where(self.mask, log_density, 0.0)
         return _event_sum(log_density)
+
+
+class LogNormalAttention(TorchDistribution):
+    r"""Independent log-normal weights :math:`\log S \sim \mathcal N(\log m - \sigma^2/2,
+    \sigma^2)` on the visible keys (so :math:`E[S] = m`); one event of shape (heads, queries,
+    keys). Both sides of log-normal attention: the posterior with ``m`` the softmax weights
+    ``p`` of the logits, the prior with ``m`` a fixed or contextual prior mean.
+
+    The log-mean is kept as its distinct values (:func:`compact`): a contextual prior mean per
+    key, shared by every query, is not expanded. Against another ``LogNormalAttention`` the KL,
+    summed over the event, costs one pass over the weights (:func:`kl_lognormal_attention`).
+    Draws keep their log (:func:`log_of_draw`).
+
+    Parameters
+    ----------
+    log_mean : Tensor broadcastable to ``shape``
+        :math:`\log m`; finite on hidden keys (a placeholder there).
+    scale : float
+        :math:`\sigma > 0`, shared by every weight.
+    shape : torch.Size
+        Batch shape + (heads, queries, keys).
+    mask : bool Tensor broadcastable to (queries, keys), optional
+        True where a key is visible; hidden keys are left out of the log-density and the KL.
+    """
+
+    arg_constraints = {}
+    support = constraints.independent(constraints.positive, 3)
+    has_rsample = True
+
+    def __init__(self, log_mean, scale: float, shape, mask=None, validate_args=None):
+        shape = torch.Size(shape)
+        self.log_mean = _compact_to(log_mean, shape, "log-mean")
+        self.scale, self.mask = float(scale), mask
+        super().__init__(shape[:-3], shape[-3:], validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        if _instance is None and torch.Size(batch_shape) == self.batch_shape:
+            return self
+        new = self._get_checked_instance(LogNormalAttention, _instance)
+        shape = torch.Size(batch_shape) + self.event_shape
+        LogNormalAttention.__init__(new, self.log_mean, self.scale, shape, self.mask, False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def loc(self) -> torch.Tensor:
+        r"""The mean of :math:`\log S`, :math:`\log m - \sigma^2/2` (compact)."""
+        return self.log_mean - self.scale**2 / 2
+
+    @property
+    def mean(self) -> torch.Tensor:
+        m = self.log_mean.exp().expand(self.batch_shape + self.event_shape)
+        return m if self.mask is None else torch.where(self.mask, m, 0.0)
+
+    def rsample(self, sample_shape=()) -> torch.Tensor:
+        shape = self._extended_shape(sample_shape)
+        eps = torch.randn(shape, dtype=self.log_mean.dtype, device=self.log_mean.device)
+        # In place on the noise, which needs no gradient: one tensor for the draw's log.
+        return exp_keeping_log(eps.mul_(self.scale).sub_(self.scale**2 / 2).add_(self.log_mean))
+
+    def log_prob(self, value) -> torch.Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        log_value = log_of_draw(value)
+        z = (log_value - self.loc) / self.scale
+        log_density = -z.square() / 2 - log_value - math.log(self.scale * math.sqrt(2 * math.pi))
+        if self.mask is not None:
+            log_density = torch.where(self.mask, log_density, 0.0)
+        return _event_sum(log_density)
+
+
+@register_kl(LogNormalAttention, LogNormalAttention)
+def kl_lognormal_attention(q: LogNormalAttention, p: LogNormalAttention) -> torch.Tensor:
+    r""":math:`\mathrm{KL}(q \| p)` of one attention layer, summed over its visible weights.
+
+    Per weight (see :func:`kl_lognormal_lognormal`), with :math:`d = \mu_q - \mu_p`,
+
+    .. math::
+        \log\frac{\sigma_p}{\sigma_q} + \frac{\sigma_q^2}{2\sigma_p^2} - \frac12
+        + \frac{d^2}{2\sigma_p^2}:
+
+    the constant times the number of visible weights, plus one sum of squares over the event.
+    """
+    shape = torch.broadcast_shapes(q.batch_shape + q.event_shape, p.batch_shape + p.event_shape)
+    d = q.loc - p.loc
+    if d.shape != shape:
+        d = d.expand(shape)
+    mask = q.mask if q.mask is not None else p.mask
+    if mask is None:
+        total = math.prod(shape[-3:])
+    else:
+        d = torch.where(mask, d, 0.0)
+        total = mask.expand(shape[-3:]).sum()
+    ratio = q.scale / p.scale
+    constant = ratio**2 / 2 - math.log(ratio) - 0.5
+    flat = d.flatten(-3)
+    return constant * total + torch.linalg.vecdot(flat, flat) / (2 * p.scale**2)
 
 
 @register_kl(WeibullAttention, GammaAttention)
