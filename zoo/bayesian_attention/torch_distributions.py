@@ -497,8 +497,12 @@ def kl_lognormal_attention(q: LogNormalAttention, p: LogNormalAttention) -> torc
 
     the constant times the number of visible weights, plus one sum of squares over the event.
     """
-    shape = torch.broadcast_shapes(q.batch_shape + q.event_shape, p.batch_shape + p.event_shape)
-    d = q.loc - p.loc
+    shape, p_shape = q.batch_shape + q.event_shape, p.batch_shape + p.event_shape
+    if shape != p_shape:  # (the usual case skips torch's broadcast_shapes, slow in Python)
+        shape = torch.broadcast_shapes(shape, p_shape)
+    # mu_q - mu_p = log m_q - (log m_p + (sigma_q^2 - sigma_p^2) / 2): the constant joins the
+    # prior's (usually compact) log-mean, so one pass over the layer makes d.
+    d = q.log_mean - (p.log_mean + (q.scale**2 - p.scale**2) / 2)
     if d.shape != shape:
         d = d.expand(shape)
     mask = q.mask if q.mask is not None else p.mask
