@@ -33,6 +33,13 @@ def test_bam_speed_quick(tmp_path):
     assert json.loads((tmp_path / "bam.json").read_text())["results"] == table
 
 
+def test_bam_parts_quick(tmp_path):
+    table = run_benchmark("bam_parts", ["--quick", "--json", str(tmp_path / "parts.json")])
+    assert {"softmax weights", "Weibull weights", "contextual prior network"} <= set(table)
+    assert all(positive(us) for us in table.values())
+    assert json.loads((tmp_path / "parts.json").read_text())["us_per_call"] == table
+
+
 def test_vae_speed_quick(tmp_path, data_dir, monkeypatch):
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
     monkeypatch.setenv("ZOO_OFFLINE", "1")
