@@ -550,70 +550,12 @@ def test_compact_views():
     torch.testing.assert_close(compact(alpha).expand(2, 4, 5), alpha)
 
 
-@pytest.mark.parametrize("contextual", [True, False])
-@pytest.mark.parametrize("masked", [True, False])
-def test_attention_layer_distributions_match_the_weightwise_ones(contextual, masked):
-    """WeibullAttention and GammaAttention (one layer, mask inside) against the weight-wise
-    LogScaleWeibull and Gamma, masked and summed: log-densities, the layer's KL and its
-    gradients in the logits and the prior's shape; and the posterior mean is the softmax."""
-    rng = np.random.default_rng(16)
-    batch, heads, tokens, k, beta = (3,), 2, 4, 2.5, 0.8
-    shape = (*batch, heads, tokens, tokens)
-    mask = torch.as_tensor(rng.random((tokens, tokens)) < 0.6) if masked else None
-    if masked:
-        mask[:, 0] = True  # every query sees a key
-    logits = _t(rng.normal(size=shape)).requires_grad_()
-    alpha_shape = (*batch, heads, 1, tokens) if contextual else ()
-    alpha = _t(rng.uniform(0.3, 2.0, alpha_shape)).requires_grad_()
-    value = _t(rng.uniform(0.05, 2.0, shape))
-    visible = torch.ones(shape, dtype=torch.bool) if mask is None else mask.expand(shape)
-
-    q = TD.WeibullAttention(logits, k, mask)
-    p = TD.GammaAttention(alpha, beta, shape, mask)
-    assert q.batch_shape == p.batch_shape == batch and q.event_shape == shape[1:]
-    kl = torch.distributions.kl_divergence(q, p)
-    grads = torch.autograd.grad(kl.sum(), (logits, alpha))
-
-    log_p = T.masked_log_softmax(logits, mask)
-    log_p = torch.where(visible, log_p, 0.0)
-    q_ref = T.LogScaleWeibull(T.weibull_log_scale(log_p, k), _t(k).expand(shape))
-    p_ref = pdist.Gamma(alpha.expand(shape), _t(beta).expand(shape))
-    kl_ref = torch.where(visible, T.kl_weibull_gamma(k, q_ref.log_scale, alpha, beta), 0.0)
-    kl_ref = kl_ref.sum((-3, -2, -1))
-    grads_ref = torch.autograd.grad(kl_ref.sum(), (logits, alpha))
-
-    def masked_sum(t):
-        return torch.where(visible, t, 0.0).sum((-3, -2, -1))
-
-    torch.testing.assert_close(kl, kl_ref)
-    for g, g_ref in zip(grads, grads_ref, strict=True):
-        torch.testing.assert_close(g, g_ref)
-    torch.testing.assert_close(q.log_prob(value), masked_sum(q_ref.log_prob(value)))
-    torch.testing.assert_close(p.log_prob(value), masked_sum(p_ref.log_prob(value)))
-    torch.testing.assert_close(q.mean, torch.where(visible, log_p.exp(), 0.0))
-    expanded = q.expand((2, *batch))
-    assert expanded.batch_shape == (2, *batch)
-    torch.testing.assert_close(
-        torch.distributions.kl_divergence(expanded, p.expand((2, *batch))), kl.expand(2, *batch)
-    )
-    torch.manual_seed(0)
-    draws = q.rsample((4000,))
-    assert draws.shape == (4000, *shape) and bool((draws > 0).all())
-    _within_4_se(draws.detach()[:, visible].numpy(), log_p.exp()[visible].detach().numpy())
-    # Expanding to its own batch shape (as Pyro does at every site) is the distribution itself.
-    assert q.expand(batch) is q and p.expand(batch) is p
-    with pytest.raises(ValueError, match="broadcastable"):
-        TD.GammaAttention(_t(np.ones((*batch, heads, 1, tokens + 1))), beta, shape, mask)
-
-
-@pytest.mark.parametrize("contextual", [True, False])
-@pytest.mark.parametrize("masked", [True, False])
-def test_lognormal_attention_matches_the_weightwise_lognormals(contextual, masked):
-    """LogNormalAttention (one layer, mask inside) against Pyro's weight-wise LogNormal, masked
-    and summed: log-densities, the layer's KL and its gradients in the logits and the prior's
-    log-mean; the mean is the softmax, and the draws have that mean."""
-    rng = np.random.default_rng(17)
-    batch, heads, tokens, sigma_q, sigma_p = (3,), 2, 4, 0.3, 0.7
+def _layer_case(seed, masked, contextual):
+    """Shape, mask, visible weights, logits, a positive prior parameter (per key if contextual,
+    else a scalar; requiring grads) and positive values for one attention layer of batch (3,),
+    2 heads and 4 tokens."""
+    rng = np.random.default_rng(seed)
+    batch, heads, tokens = (3,), 2, 4
     shape = (*batch, heads, tokens, tokens)
     mask = torch.as_tensor(rng.random((tokens, tokens)) < 0.6) if masked else None
     if masked:
@@ -621,42 +563,81 @@ def test_lognormal_attention_matches_the_weightwise_lognormals(contextual, maske
     visible = torch.ones(shape, dtype=torch.bool) if mask is None else mask.expand(shape)
     logits = _t(rng.normal(size=shape)).requires_grad_()
     prior_shape = (*batch, heads, 1, tokens) if contextual else ()
-    log_m = _t(rng.normal(size=prior_shape)).requires_grad_()
+    prior_param = _t(rng.uniform(0.3, 2.0, prior_shape))
     value = _t(rng.uniform(0.05, 2.0, shape))
+    return shape, mask, visible, logits, prior_param.requires_grad_(), value
 
-    log_p = torch.where(visible, T.masked_log_softmax(logits, mask), 0.0)
-    q = TD.LogNormalAttention(log_p, sigma_q, shape, mask)
-    p = TD.LogNormalAttention(log_m, sigma_p, shape, mask)
-    assert q.batch_shape == p.batch_shape == batch and q.event_shape == shape[1:]
-    assert p.log_mean.shape == (1,) * (len(shape) - len(prior_shape)) + prior_shape  # compact
-    kl = torch_kl(q, p)
-    grads = torch.autograd.grad(kl.sum(), (logits, log_m), retain_graph=True)
 
-    def weightwise(log_mean, sigma):
-        return pdist.LogNormal(log_mean.expand(shape) - sigma**2 / 2, _t(sigma).expand(shape))
+def _check_layer_pair(q, p, q_ref, p_ref, weightwise_kl, params, visible, value):
+    """A layer's posterior ``q`` and prior ``p`` against the weight-wise ``q_ref`` and ``p_ref``
+    (``weightwise_kl`` their elementwise KL), masked and summed: the KL and its gradients in
+    ``params``, log-densities; the posterior mean is the softmax, and the draws have that mean;
+    expanding keeps the KL, and expanding to the own batch shape is the distribution itself."""
+    batch, shape = q.batch_shape, q.batch_shape + q.event_shape
+    assert p.batch_shape == batch and p.event_shape == q.event_shape
 
     def masked_sum(t):
         return torch.where(visible, t, 0.0).sum((-3, -2, -1))
 
-    q_ref, p_ref = weightwise(log_p, sigma_q), weightwise(log_m, sigma_p)
-    kl_ref = masked_sum(torch_kl(q_ref, p_ref))
-    grads_ref = torch.autograd.grad(kl_ref.sum(), (logits, log_m))
+    kl = torch_kl(q, p)
+    grads = torch.autograd.grad(kl.sum(), params, retain_graph=True)
+    kl_ref = masked_sum(weightwise_kl)
+    grads_ref = torch.autograd.grad(kl_ref.sum(), params, retain_graph=True)
     torch.testing.assert_close(kl, kl_ref)
     for g, g_ref in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(g, g_ref)
     torch.testing.assert_close(q.log_prob(value), masked_sum(q_ref.log_prob(value)))
     torch.testing.assert_close(p.log_prob(value), masked_sum(p_ref.log_prob(value)))
-    torch.testing.assert_close(q.mean, torch.where(visible, log_p.exp(), 0.0))
+    mean = torch.where(visible, q_ref.mean, 0.0).detach()
+    torch.testing.assert_close(q.mean.detach(), mean)
     expanded = q.expand((2, *batch))
     assert expanded.batch_shape == (2, *batch)
     torch.testing.assert_close(torch_kl(expanded, p.expand((2, *batch))), kl.expand(2, *batch))
     torch.manual_seed(0)
     draws = q.rsample((4000,))
     assert draws.shape == (4000, *shape) and bool((draws > 0).all())
-    _within_4_se(draws.detach()[:, visible].numpy(), log_p.exp()[visible].detach().numpy())
+    _within_4_se(draws.detach()[:, visible].numpy(), mean[visible].numpy())
     assert q.expand(batch) is q and p.expand(batch) is p
+
+
+@pytest.mark.parametrize("contextual", [True, False])
+@pytest.mark.parametrize("masked", [True, False])
+def test_weibull_and_gamma_attention_match_the_weightwise_ones(contextual, masked):
+    """WeibullAttention and GammaAttention against LogScaleWeibull and Gamma per weight."""
+    k, beta = 2.5, 0.8
+    shape, mask, visible, logits, alpha, value = _layer_case(16, masked, contextual)
+    q = TD.WeibullAttention(logits, k, mask)
+    p = TD.GammaAttention(alpha, beta, shape, mask)
+    log_p = torch.where(visible, T.masked_log_softmax(logits, mask), 0.0)
+    q_ref = T.LogScaleWeibull(T.weibull_log_scale(log_p, k), _t(k).expand(shape))
+    p_ref = pdist.Gamma(alpha.expand(shape), _t(beta).expand(shape))
+    weightwise_kl = T.kl_weibull_gamma(k, q_ref.log_scale, alpha, beta)
+    _check_layer_pair(q, p, q_ref, p_ref, weightwise_kl, (logits, alpha), visible, value)
     with pytest.raises(ValueError, match="broadcastable"):
-        TD.LogNormalAttention(_t(np.zeros((*batch, heads, 1, tokens + 1))), 1.0, shape, mask)
+        TD.GammaAttention(_t(np.ones((*shape[:-2], 1, shape[-1] + 1))), beta, shape, mask)
+
+
+@pytest.mark.parametrize("contextual", [True, False])
+@pytest.mark.parametrize("masked", [True, False])
+def test_lognormal_attention_matches_the_weightwise_lognormals(contextual, masked):
+    """LogNormalAttention, as posterior (mean the softmax) and as prior (a fixed or per-key
+    mean kept compact), against Pyro's LogNormal per weight."""
+    sigma_q, sigma_p = 0.3, 0.7
+    shape, mask, visible, logits, prior_mean, value = _layer_case(17, masked, contextual)
+    log_p = torch.where(visible, T.masked_log_softmax(logits, mask), 0.0)
+    log_m = torch.log(prior_mean)
+    q = TD.LogNormalAttention(log_p, sigma_q, shape, mask)
+    p = TD.LogNormalAttention(log_m, sigma_p, shape, mask)
+    assert p.log_mean.shape == (1,) * (len(shape) - log_m.dim()) + log_m.shape  # not expanded
+
+    def weightwise(log_mean, sigma):
+        return pdist.LogNormal(log_mean.expand(shape) - sigma**2 / 2, _t(sigma).expand(shape))
+
+    q_ref, p_ref = weightwise(log_p, sigma_q), weightwise(log_m, sigma_p)
+    weightwise_kl = torch_kl(q_ref, p_ref)
+    _check_layer_pair(q, p, q_ref, p_ref, weightwise_kl, (logits, prior_mean), visible, value)
+    with pytest.raises(ValueError, match="broadcastable"):
+        TD.LogNormalAttention(_t(np.zeros((*shape[:-2], 1, shape[-1] + 1))), 1.0, shape, mask)
 
 
 def test_draws_keep_their_log_for_the_attention_weights():
