@@ -51,7 +51,7 @@ def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed):
             optim.zero_grad()
             loss.backward()
             optim.step()
-            float(loss)  # read the loss each step, as a training loop that logs it does
+            loss.item()  # read the loss each step, as a training loop that logs it does
         times.append(time.perf_counter() - t0)
     return times
 
