@@ -1,24 +1,26 @@
 """Seconds per training step of the MNIST patch transformer (``bam_classifier``): softmax attention
 against Weibull and log-normal Bayesian attention, same network, batch and data, in one run.
 
-Each variant runs ``--steps`` SVI steps through ``inference.fit`` on each backend; a step's time is
-read from the loop's own clock (``history["time"]``), and the first ``--warmup`` steps (JAX's
-compilation, allocator warm-up) are dropped. The variants run in ``--rounds`` rounds, one fit
-each per round, in alternating order (softmax, Weibull, log-normal, then the reverse), so that a
-drift in the machine's speed falls on every variant alike. Each round gives every variant's
-median step time and its ratio to the softmax step of that round; the report is the median over
-the rounds of each, with the lowest and highest ratio. The speed of a shared machine moves by
-more than the difference between the variants within seconds, so ratios of steps timed close
-together are what can be compared.
+On each backend, ``inference.fit`` builds one SVI fit per variant (and takes its first step); the
+benchmark then steps the three fits in turn, one step each, in alternating order (softmax,
+Weibull, log-normal, then the reverse), through ``inference.get_algorithm("svi").step``. The
+speed of a shared machine moves within seconds by more than the difference between the
+variants, so only steps timed side by side compare. Pyro keeps parameters in one global store:
+each Pyro fit's parameters are swapped in for its steps (``ParamStoreDict.scope``), outside the
+timed step. After ``--warmup`` steps each, ``--rounds`` blocks of ``--steps`` steps give each
+variant's median step time; the report is the median over the blocks of the ratio to the
+softmax step, with the lowest and highest block.
 
-    python benchmarks/bam_speed.py            # batch 128, 60 steps x 12 rounds, both backends
+    python benchmarks/bam_speed.py            # batch 128, 10 blocks of 40 steps, both backends
     python benchmarks/bam_speed.py --quick    # what the tests run (seconds)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import time
 
 import numpy as np
 
@@ -27,36 +29,63 @@ import inference
 VARIANTS = ("softmax", "weibull", "lognormal")
 
 
-def step_seconds(backend, attention, x, y, args, seed=0):
-    """Median seconds per SVI step after the warm-up steps."""
-    res = inference.fit(
+def started_fit(backend, attention, x, y, args, seed=0):
+    """The state of a one-step fit of ``attention`` (engine built, compiled on JAX)."""
+    kept = {}
+    inference.fit(
         "bam_classifier",
         {"x": x, "y": y},
         "svi",
         backend,
         seed=seed,
-        num_steps=args.steps,
+        num_steps=1,
         batch_size=args.batch_size,
         lr=1e-3,
         elbo=args.elbo,
         progress=False,
+        callback=lambda step, state, info: kept.update(state=state),
         attention=attention,
         prior=args.prior,
         width=args.width,
         num_heads=args.heads,
         num_layers=args.layers,
     )
-    per_step = np.diff(np.concatenate([[0.0], res.history["time"]]))
-    return float(np.median(per_step[args.warmup :]))
+    return kept["state"]
+
+
+def interleaved_step_seconds(backend, x, y, args):
+    """attention -> seconds of each timed step, the variants stepped in turn."""
+    svi = inference.get_algorithm("svi")
+    states, stores = {}, {}
+    store = None
+    if backend == "pyro":
+        import pyro
+
+        store = pyro.get_param_store()
+    for attention in VARIANTS:
+        states[attention] = started_fit(backend, attention, x, y, args)
+        if store is not None:  # this fit's parameters, swapped in for its steps
+            stores[attention] = store.get_state()
+    seconds = {attention: [] for attention in VARIANTS}
+    for step in range(args.warmup + args.rounds * args.steps):
+        for attention in VARIANTS if step % 2 == 0 else VARIANTS[::-1]:
+            scope = store.scope(stores[attention]) if store else contextlib.nullcontext()
+            with scope:
+                start = time.perf_counter()
+                states[attention], _ = svi.step(states[attention])
+                elapsed = time.perf_counter() - start
+            if step >= args.warmup:
+                seconds[attention].append(elapsed)
+    return seconds
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="30 steps, two rounds, 512 images")
+    p.add_argument("--quick", action="store_true", help="2 blocks of 5 steps, 512 images")
     p.add_argument("--backends", nargs="+", default=["pyro", "numpyro"])
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--steps", type=int, default=40, help="timed steps per block")
+    p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
+    p.add_argument("--rounds", type=int, default=10, help="blocks")
     p.add_argument("--rows", type=int, default=10_000, help="training images (synthetic pixels)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--elbo", default="meanfield", choices=("trace", "meanfield"))
@@ -67,7 +96,7 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
     if args.quick:
-        args.steps, args.warmup, args.rounds, args.rows = 30, 10, 2, 512
+        args.steps, args.warmup, args.rounds, args.rows = 5, 5, 2, 512
     # The step time does not depend on the pixel values: random images keep the benchmark
     # free of the data files.
     rng = np.random.default_rng(0)
@@ -75,13 +104,13 @@ def main(argv=None):
     y = rng.integers(0, 10, args.rows)
     table = {}
     for backend in args.backends:
-        seconds = {attention: [] for attention in VARIANTS}
-        for r in range(args.rounds):
-            for attention in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
-                seconds[attention].append(step_seconds(backend, attention, x, y, args))
-        softmax = np.array(seconds["softmax"])
+        seconds = interleaved_step_seconds(backend, x, y, args)
+        blocks = {  # (rounds,): each block's median step
+            attention: np.median(np.reshape(times, (args.rounds, args.steps)), axis=1)
+            for attention, times in seconds.items()
+        }
         for attention in VARIANTS:
-            ratios = np.array(seconds[attention]) / softmax
+            ratios = blocks[attention] / blocks["softmax"]
             table[f"{backend} {attention}"] = {
                 "ms_per_step": 1e3 * float(np.median(seconds[attention])),
                 "x_softmax": float(np.median(ratios)),
