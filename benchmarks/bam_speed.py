@@ -46,6 +46,7 @@ def started_fit(backend, attention, x, y, args, seed=0):
         callback=lambda step, state, info: kept.update(state=state),
         attention=attention,
         prior=args.prior,
+        prior_hidden=args.prior_hidden,
         width=args.width,
         num_heads=args.heads,
         num_layers=args.layers,
@@ -90,6 +91,7 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--elbo", default="meanfield", choices=("trace", "meanfield"))
     p.add_argument("--prior", default="contextual", choices=("fixed", "contextual"))
+    p.add_argument("--prior-hidden", type=int, default=None, help="contextual prior's hidden units")
     p.add_argument("--width", type=int, default=32)
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--layers", type=int, default=2)
@@ -118,7 +120,8 @@ def main(argv=None):
             }
     print(
         f"batch={args.batch_size} width={args.width} heads={args.heads} layers={args.layers} "
-        f"prior={args.prior} elbo={args.elbo} steps={args.steps} rounds={args.rounds}"
+        f"prior={args.prior} prior_hidden={args.prior_hidden} elbo={args.elbo} "
+        f"steps={args.steps} rounds={args.rounds}"
     )
     print("| backend, attention | ms/step | x softmax (lowest, highest) |\n|---|---|---|")
     for name, row in table.items():
