@@ -101,17 +101,18 @@ def log_of_draw(value: torch.Tensor) -> torch.Tensor:
     return torch.log(value) if log_value is None else log_value
 
 
-def weibull_log_noise(shape, like: torch.Tensor) -> torch.Tensor:
-    """``log E`` for standard exponential draws ``E`` of ``shape`` (``like``'s dtype and device):
-    a Weibull draw of shape k and scale lambda is ``lambda * exp(log(E) / k)``.
+def weibull_log_noise(shape, like: torch.Tensor, factor: float = 1.0) -> torch.Tensor:
+    """``log(factor * E)`` for standard exponential draws ``E`` of ``shape`` (``like``'s dtype and
+    device): a Weibull draw of shape k and scale lambda is ``lambda * exp(log(E) / k)``, and a
+    constant ``factor`` folds a shift of ``log(factor) / k`` into the same passes.
 
-    Made in place from uniform ``u`` as ``log(-log u)``, allocating one tensor (the noise needs
-    no gradient). ``-log u`` is a standard exponential draw, as is the ``-log(1 - u)`` of the
-    textbook formula; torch's own ``exponential_`` is several times slower on CPU.
+    Made in place from uniform ``u`` as ``log(-factor log u)``, allocating one tensor (the noise
+    needs no gradient). ``-log u`` is a standard exponential draw, as is the ``-log(1 - u)`` of
+    the textbook formula; torch's own ``exponential_`` is several times slower on CPU.
     """
     noise = torch.rand(shape, dtype=like.dtype, device=like.device)
     finfo = torch.finfo(noise.dtype)  # log u finite, and -log u above 0
-    return noise.clamp_(finfo.tiny, 1 - finfo.eps).log_().neg_().log_()
+    return noise.clamp_(finfo.tiny, 1 - finfo.eps).log_().mul_(-factor).log_()
 
 
 def clamp_uniform(u: torch.Tensor) -> torch.Tensor:
@@ -322,16 +323,12 @@ class WeibullAttention(TorchDistribution):
         return p if self.mask is None else torch.where(self.mask, p, 0.0)
 
     def rsample(self, sample_shape=()) -> torch.Tensor:
-        # log S = log p - c + log(E) / k with E = -log u standard exponential and c the log
-        # mean factor; written log(E exp(-kc)) / k + log p, it takes five in-place passes over
-        # uniform noise (which needs no gradient), and no other tensor of the draw's size.
+        # log S = log p - c + log(E) / k with c the log mean factor, written
+        # log(E exp(-kc)) / k + log p: in place on the noise, no other tensor of the draw's size.
         k = self.concentration
-        u = torch.rand(
-            self._extended_shape(sample_shape), dtype=self.log_p.dtype, device=self.log_p.device
-        )
-        finfo = torch.finfo(u.dtype)  # log u finite, and -log u above 0
-        u.clamp_(finfo.tiny, 1 - finfo.eps).log_().mul_(-math.exp(-k * self.log_mean_factor))
-        return exp_keeping_log(u.log_().div_(k).add_(self.log_p))
+        shape = self._extended_shape(sample_shape)
+        noise = weibull_log_noise(shape, self.log_p, math.exp(-k * self.log_mean_factor))
+        return exp_keeping_log(noise.div_(k).add_(self.log_p))
 
     def log_prob(self, value) -> torch.Tensor:
         if self._validate_args:
