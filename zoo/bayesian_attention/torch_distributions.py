@@ -270,7 +270,36 @@ def _event_sum(t: torch.Tensor) -> torch.Tensor:
     return t.sum((-3, -2, -1))
 
 
-class WeibullAttention(TorchDistribution):
+class _AttentionLayer(TorchDistribution):
+    """Positive, reparameterised weights of one attention layer: one event of shape (heads,
+    queries, keys), the mask held inside. A subclass sets up a copy for a new full shape in
+    ``_init_expanded``."""
+
+    arg_constraints = {}
+    support = constraints.independent(constraints.positive, 3)
+    has_rsample = True
+
+    def expand(self, batch_shape, _instance=None):
+        batch_shape = torch.Size(batch_shape)
+        if _instance is None and batch_shape == self.batch_shape:
+            return self  # (Pyro expands every site's distribution to the plates' shape)
+        new = self._get_checked_instance(type(self), _instance)
+        self._init_expanded(new, batch_shape + self.event_shape)
+        new._validate_args = self._validate_args
+        return new
+
+    def _init_expanded(self, new, shape: torch.Size) -> None:
+        raise NotImplementedError
+
+
+def _pair_shape(q: _AttentionLayer, p: _AttentionLayer) -> torch.Size:
+    """The broadcast full shape of two layers (the usual case, equal shapes, skips torch's
+    broadcast_shapes, slow in Python)."""
+    shape, p_shape = q.batch_shape + q.event_shape, p.batch_shape + p.event_shape
+    return shape if shape == p_shape else torch.broadcast_shapes(shape, p_shape)
+
+
+class WeibullAttention(_AttentionLayer):
     r"""q(S) of one attention layer: independent Weibull weights whose means are the softmax
     weights ``p`` of the logits over the visible keys (shape ``k``, scale
     :math:`\lambda = p / \Gamma(1 + 1/k)`); one event of shape (heads, queries, keys).
@@ -289,10 +318,6 @@ class WeibullAttention(TorchDistribution):
         True where a key is visible; every query must see a key.
     """
 
-    arg_constraints = {}
-    support = constraints.independent(constraints.positive, 3)
-    has_rsample = True
-
     def __init__(self, logits, concentration: float, mask=None, validate_args=None):
         log_p = masked_log_softmax(logits, mask)
         if mask is not None:  # a finite placeholder, as for the draws
@@ -304,14 +329,8 @@ class WeibullAttention(TorchDistribution):
         self.log_mean_factor = math.lgamma(1 + 1 / concentration)  # log p - log(lambda)
         super().__init__(log_p.shape[:-3], log_p.shape[-3:], validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
-        if _instance is None and torch.Size(batch_shape) == self.batch_shape:
-            return self  # (Pyro expands every site's distribution to the plates' shape)
-        new = self._get_checked_instance(WeibullAttention, _instance)
-        log_p = self.log_p.expand(torch.Size(batch_shape) + self.event_shape)
-        new._set(log_p, self.concentration, self.mask, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+    def _init_expanded(self, new, shape):
+        new._set(self.log_p.expand(shape), self.concentration, self.mask, validate_args=False)
 
     @property
     def log_scale(self) -> torch.Tensor:
@@ -355,7 +374,7 @@ def _compact_to(param: torch.Tensor, shape: torch.Size, name: str) -> torch.Tens
     return compact(param)
 
 
-class GammaAttention(TorchDistribution):
+class GammaAttention(_AttentionLayer):
     r"""p(S) of one attention layer: independent Gamma(:math:`\alpha`, :math:`\beta`) weights
     on the visible keys; one event of shape (heads, queries, keys).
 
@@ -374,24 +393,14 @@ class GammaAttention(TorchDistribution):
         True where a key is visible.
     """
 
-    arg_constraints = {}
-    support = constraints.independent(constraints.positive, 3)
-    has_rsample = True
-
     def __init__(self, concentration, rate: float, shape, mask=None, validate_args=None):
         shape = torch.Size(shape)
         self.concentration = _compact_to(concentration, shape, "concentration")
         self.rate, self.mask = float(rate), mask
         super().__init__(shape[:-3], shape[-3:], validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
-        if _instance is None and torch.Size(batch_shape) == self.batch_shape:
-            return self
-        new = self._get_checked_instance(GammaAttention, _instance)
-        shape = torch.Size(batch_shape) + self.event_shape
+    def _init_expanded(self, new, shape):
         GammaAttention.__init__(new, self.concentration, self.rate, shape, self.mask, False)
-        new._validate_args = self._validate_args
-        return new
 
     def rsample(self, sample_shape=()) -> torch.Tensor:
         shape = self._extended_shape(sample_shape)
@@ -413,7 +422,7 @@ class GammaAttention(TorchDistribution):
         return _event_sum(log_density)
 
 
-class LogNormalAttention(TorchDistribution):
+class LogNormalAttention(_AttentionLayer):
     r"""Independent log-normal weights :math:`\log S \sim \mathcal N(\log m - \sigma^2/2,
     \sigma^2)` on the visible keys (so :math:`E[S] = m`); one event of shape (heads, queries,
     keys). Both sides of log-normal attention: the posterior with ``m`` the softmax weights
@@ -436,24 +445,14 @@ class LogNormalAttention(TorchDistribution):
         True where a key is visible; hidden keys are left out of the log-density and the KL.
     """
 
-    arg_constraints = {}
-    support = constraints.independent(constraints.positive, 3)
-    has_rsample = True
-
     def __init__(self, log_mean, scale: float, shape, mask=None, validate_args=None):
         shape = torch.Size(shape)
         self.log_mean = _compact_to(log_mean, shape, "log-mean")
         self.scale, self.mask = float(scale), mask
         super().__init__(shape[:-3], shape[-3:], validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
-        if _instance is None and torch.Size(batch_shape) == self.batch_shape:
-            return self
-        new = self._get_checked_instance(LogNormalAttention, _instance)
-        shape = torch.Size(batch_shape) + self.event_shape
+    def _init_expanded(self, new, shape):
         LogNormalAttention.__init__(new, self.log_mean, self.scale, shape, self.mask, False)
-        new._validate_args = self._validate_args
-        return new
 
     @property
     def loc(self) -> torch.Tensor:
@@ -494,9 +493,7 @@ def kl_lognormal_attention(q: LogNormalAttention, p: LogNormalAttention) -> torc
 
     the constant times the number of visible weights, plus one sum of squares over the event.
     """
-    shape, p_shape = q.batch_shape + q.event_shape, p.batch_shape + p.event_shape
-    if shape != p_shape:  # (the usual case skips torch's broadcast_shapes, slow in Python)
-        shape = torch.broadcast_shapes(shape, p_shape)
+    shape = _pair_shape(q, p)
     # mu_q - mu_p = log m_q - (log m_p + (sigma_q^2 - sigma_p^2) / 2): the constant joins the
     # prior's (usually compact) log-mean, so one pass over the layer makes d.
     d = q.log_mean - (p.log_mean + (q.scale**2 - p.scale**2) / 2)
@@ -529,10 +526,7 @@ def kl_weibull_gamma_attention(q: WeibullAttention, p: GammaAttention) -> torch.
     axes :math:`\alpha` is shared along first; and :math:`\sum \beta p` is :math:`\beta` per
     query row, since ``p`` sums to one over each row's visible keys.
     """
-    p_shape = p.batch_shape + p.event_shape
-    shape = q.log_p.shape
-    if shape != p_shape:  # (the usual case skips torch's broadcast_shapes, slow in Python)
-        shape = torch.broadcast_shapes(shape, p_shape)
+    shape = _pair_shape(q, p)
     ndim = len(shape)
     alpha = p.concentration
     if alpha.dim() < ndim:
