@@ -70,8 +70,8 @@ def interleaved_step_seconds(backend, x, y, args):
     seconds = {attention: [] for attention in VARIANTS}
     for step in range(args.warmup + args.rounds * args.steps):
         for attention in VARIANTS if step % 2 == 0 else VARIANTS[::-1]:
-            scope = store.scope(stores[attention]) if store else contextlib.nullcontext()
-            with scope:
+            swap = contextlib.nullcontext() if store is None else store.scope(stores[attention])
+            with swap:
                 start = time.perf_counter()
                 states[attention], _ = svi.step(states[attention])
                 elapsed = time.perf_counter() - start

@@ -4,9 +4,9 @@ NumPyro paths (``inference.fit``), same network, batch size and data, measured i
 The plain loop is what one writes without a PPL: the encoder and decoder of ``zoo.vae`` (torch
 twin), Adam (torch's fused Adam, as the zoo's Pyro engine uses), an epoch-wise shuffled
 minibatch, the reparameterised single-sample ELBO with the Gaussian KL in closed form. The zoo
-runs are timed from the loop's own per-step clock (``history["time"]``). Each path runs ``--epochs`` epochs; the first (which holds JAX's
-compilation) is a warm-up, and the fastest of the others is reported, the least disturbed by
-whatever else the machine does.
+runs are timed from the loop's own per-step clock (``history["time"]``). Each path runs
+``--epochs`` epochs; the first (which holds JAX's compilation) is a warm-up, and the fastest of
+the others is reported, the least disturbed by whatever else the machine does.
 
     python benchmarks/vae_speed.py            # binarized MNIST, 50,000 rows, 784-200-200-50
     python benchmarks/vae_speed.py --quick    # 2,000 rows: what the tests run

@@ -164,8 +164,9 @@ class SVIEngine:
     ``benchmarks/vae_speed.py``) and computes the same update. It is torch's fused Adam (one
     kernel for all the parameters): torch picks it by default on a GPU only, and on a CPU its
     per-parameter loop costs a Python round of about ten operations per parameter per step.
-    Every parameter must exist after the first evaluation of the loss (true of the zoo's models). Pyro keeps parameters in one
-    global store, so one Pyro fit runs at a time in a process.
+    Every parameter must exist after the first evaluation of the loss (true of the zoo's
+    models). Pyro keeps parameters in one global store, so one Pyro fit runs at a time in a
+    process.
     ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None);
     ``step(temperature, batch=...)`` on a minibatch given as tensors (``inference.streaming``).
 
