@@ -11,7 +11,14 @@ timed step. After ``--warmup`` steps each, ``--rounds`` blocks of ``--steps`` st
 variant's median step time; the report is the median over the blocks of the ratio to the
 softmax step, with the lowest and highest block.
 
+``--ablate`` (Pyro) adds, side by side with the others, Bayesian fits in which one part of the
+step is replaced, for that fit's steps only, by a stand-in that costs (almost) nothing: what the
+step saves is what that part costs inside a whole step, where parts timed alone
+(``bam_parts.py``) run faster than they do in a step. The stand-ins (see ``STAND_INS``) change
+the fit, so the ablated fits are for timing only.
+
     python benchmarks/bam_speed.py            # batch 128, 10 blocks of 40 steps, both backends
+    python benchmarks/bam_speed.py --backends pyro --ablate
     python benchmarks/bam_speed.py --quick    # what the tests run (seconds)
 """
 
@@ -29,7 +36,71 @@ import inference
 VARIANTS = ("softmax", "weibull", "lognormal")
 
 
-def started_fit(backend, attention, x, y, args, seed=0):
+@contextlib.contextmanager
+def _replaced(module, name, value):
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
+
+
+@contextlib.contextmanager
+def _no_noise_draw():
+    """torch's uniform and normal draws replaced by constant fills (the noise's other passes
+    kept): the draws' own cost."""
+    import torch
+
+    def fill(value):
+        return lambda shape, **kwargs: torch.full(shape, value, **kwargs)
+
+    with _replaced(torch, "rand", fill(0.5)), _replaced(torch, "randn", fill(0.0)):
+        yield
+
+
+@contextlib.contextmanager
+def _no_prior_gradient():
+    """The prior of every layer built without gradient: the backward pass of the contextual
+    prior's network and of the KL's terms in the prior alone (the lgamma's digamma)."""
+    import torch
+
+    from zoo.bayesian_attention import pyro_classifier
+
+    prior = pyro_classifier.prior
+
+    def without_gradient(*args):
+        with torch.no_grad():
+            return prior(*args)
+
+    with _replaced(pyro_classifier, "prior", without_gradient):
+        yield
+
+
+@contextlib.contextmanager
+def _no_layer_kl():
+    """Every layer's KL replaced by zero: the KL's forward and backward passes and the prior's
+    backward pass (the prior is still built)."""
+    import torch
+
+    from inference.backends import pyro_meanfield
+
+    def zero(q, p):
+        return torch.zeros(q.batch_shape)
+
+    with _replaced(pyro_meanfield, "kl_divergence", zero):
+        yield
+
+
+# name -> a context manager that swaps one part of a Pyro Bayesian step for a stand-in.
+STAND_INS = {
+    "no noise draw": _no_noise_draw,
+    "no prior gradient": _no_prior_gradient,
+    "no layer KL": _no_layer_kl,
+}
+
+
+def started_fit(backend, attention, x, y, args, seed=0, prior=None):
     """The state of a one-step fit of ``attention`` (engine built, compiled on JAX)."""
     kept = {}
     inference.fit(
@@ -45,7 +116,7 @@ def started_fit(backend, attention, x, y, args, seed=0):
         progress=False,
         callback=lambda step, state, info: kept.update(state=state),
         attention=attention,
-        prior=args.prior,
+        prior=args.prior if prior is None else prior,
         prior_hidden=args.prior_hidden,
         width=args.width,
         num_heads=args.heads,
@@ -54,29 +125,43 @@ def started_fit(backend, attention, x, y, args, seed=0):
     return kept["state"]
 
 
+def variants(backend, args):
+    """name -> (attention, prior or None for --prior, stand-in name or None)."""
+    table = {attention: (attention, None, None) for attention in VARIANTS}
+    if args.ablate and backend == "pyro":
+        for attention in VARIANTS[1:]:
+            if args.prior != "fixed":
+                table[f"{attention}, fixed prior"] = (attention, "fixed", None)
+            for stand_in in STAND_INS:
+                table[f"{attention}, {stand_in}"] = (attention, None, stand_in)
+    return table
+
+
 def interleaved_step_seconds(backend, x, y, args):
-    """attention -> seconds of each timed step, the variants stepped in turn."""
+    """variant name -> seconds of each timed step, the variants stepped in turn."""
     svi = inference.get_algorithm("svi")
-    states, stores = {}, {}
+    states, stores, stand_ins = {}, {}, {}
     store = None
     if backend == "pyro":
         import pyro
 
         store = pyro.get_param_store()
-    for attention in VARIANTS:
-        states[attention] = started_fit(backend, attention, x, y, args)
+    for name, (attention, prior, stand_in) in variants(backend, args).items():
+        states[name] = started_fit(backend, attention, x, y, args, prior=prior)
+        stand_ins[name] = STAND_INS[stand_in] if stand_in else contextlib.nullcontext
         if store is not None:  # this fit's parameters, swapped in for its steps
-            stores[attention] = store.get_state()
-    seconds = {attention: [] for attention in VARIANTS}
+            stores[name] = store.get_state()
+    names = list(states)
+    seconds = {name: [] for name in names}
     for step in range(args.warmup + args.rounds * args.steps):
-        for attention in VARIANTS if step % 2 == 0 else VARIANTS[::-1]:
-            swap = contextlib.nullcontext() if store is None else store.scope(stores[attention])
-            with swap:
+        for name in names if step % 2 == 0 else names[::-1]:
+            swap = contextlib.nullcontext() if store is None else store.scope(stores[name])
+            with swap, stand_ins[name]():
                 start = time.perf_counter()
-                states[attention], _ = svi.step(states[attention])
+                states[name], _ = svi.step(states[name])
                 elapsed = time.perf_counter() - start
             if step >= args.warmup:
-                seconds[attention].append(elapsed)
+                seconds[name].append(elapsed)
     return seconds
 
 
@@ -95,6 +180,9 @@ def main(argv=None):
     p.add_argument("--width", type=int, default=32)
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument(
+        "--ablate", action="store_true", help="Pyro: add fits with one part of the step stood in"
+    )
     p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
     if args.quick:
@@ -108,26 +196,34 @@ def main(argv=None):
     for backend in args.backends:
         seconds = interleaved_step_seconds(backend, x, y, args)
         blocks = {  # (rounds,): each block's median step
-            attention: np.median(np.reshape(times, (args.rounds, args.steps)), axis=1)
-            for attention, times in seconds.items()
+            name: np.median(np.reshape(times, (args.rounds, args.steps)), axis=1)
+            for name, times in seconds.items()
         }
-        for attention in VARIANTS:
-            ratios = blocks[attention] / blocks["softmax"]
-            table[f"{backend} {attention}"] = {
-                "ms_per_step": 1e3 * float(np.median(seconds[attention])),
+        for name in seconds:
+            ratios = blocks[name] / blocks["softmax"]
+            row = table[f"{backend} {name}"] = {
+                "ms_per_step": 1e3 * float(np.median(seconds[name])),
                 "x_softmax": float(np.median(ratios)),
                 "x_softmax_range": [float(ratios.min()), float(ratios.max())],
             }
+            whole = name.split(",")[0]
+            if whole != name:  # an ablated fit: also its step against the whole Bayesian step
+                row["x_whole_step"] = float(np.median(blocks[name] / blocks[whole]))
     print(
         f"batch={args.batch_size} width={args.width} heads={args.heads} layers={args.layers} "
         f"prior={args.prior} prior_hidden={args.prior_hidden} elbo={args.elbo} "
         f"steps={args.steps} rounds={args.rounds}"
     )
-    print("| backend, attention | ms/step | x softmax (lowest, highest) |\n|---|---|---|")
+    print(
+        "| backend, attention | ms/step | x softmax (lowest, highest) | x whole Bayesian step |\n"
+        "|---|---|---|---|"
+    )
     for name, row in table.items():
         low, high = row["x_softmax_range"]
+        whole = f"{row['x_whole_step']:.3f}" if "x_whole_step" in row else ""
         print(
-            f"| {name} | {row['ms_per_step']:.2f} | {row['x_softmax']:.2f} ({low:.2f}, {high:.2f}) |"
+            f"| {name} | {row['ms_per_step']:.2f} | {row['x_softmax']:.2f} ({low:.2f}, {high:.2f}) "
+            f"| {whole} |"
         )
     if args.json:
         with open(args.json, "w") as f:

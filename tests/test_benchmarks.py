@@ -33,6 +33,15 @@ def test_bam_speed_quick(tmp_path):
     assert json.loads((tmp_path / "bam.json").read_text())["results"] == table
 
 
+def test_bam_speed_ablate_quick():
+    table = run_benchmark("bam_speed", ["--quick", "--backends", "pyro", "--ablate"])
+    for attention in ("weibull", "lognormal"):
+        for part in ("fixed prior", "no noise draw", "no prior gradient", "no layer KL"):
+            row = table[f"pyro {attention}, {part}"]
+            assert positive(row["x_softmax"]) and positive(row["x_whole_step"])
+    assert "x_whole_step" not in table["pyro weibull"]
+
+
 def test_bam_parts_quick(tmp_path):
     table = run_benchmark("bam_parts", ["--quick", "--json", str(tmp_path / "parts.json")])
     assert {"softmax weights", "Weibull weights", "contextual prior network"} <= set(table)
