@@ -320,6 +320,30 @@ def test_wishart_is_reparameterised_in_every_parameter():
     assert Wishart(3.0, scale_tril=jnp.eye(2)).has_rsample
 
 
+def test_torch_wishart_draws_as_drawn():
+    """torch's Wishart redraws (and warns about) positive-definite draws; the zoo's does not,
+    and its draws have the Wishart's mean, df times the scale matrix, and gradients."""
+    import warnings
+
+    from zoo.torch_distributions import Wishart
+
+    torch.manual_seed(0)
+    df = torch.tensor(4.0, dtype=torch.float64, requires_grad=True)
+    scale_tril = torch.tensor([[1.0, 0.0], [0.5, 2.0]], dtype=torch.float64)
+    wishart = Wishart(df, scale_tril=scale_tril).expand((3,))
+    assert isinstance(wishart, Wishart)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        draws = wishart.rsample((20_000,))  # (20000, 3, 2, 2)
+    assert bool((torch.linalg.eigvalsh(draws) > 0).all())
+    flat = draws.detach().reshape(-1, 2, 2)
+    standard_error = flat.std(0) / flat.shape[0] ** 0.5
+    mean = (df * scale_tril @ scale_tril.T).detach()
+    assert bool(((flat.mean(0) - mean).abs() < 4 * standard_error).all())
+    draws.sum().backward()
+    assert df.grad is not None and torch.isfinite(df.grad)
+
+
 def test_normal_draws_in_the_dtype_of_its_parameters():
     """Under JAX's x64 mode NumPyro's Normal draws float64 noise; the zoo's keeps float32."""
     import numpyro.distributions as ndist

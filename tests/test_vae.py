@@ -72,7 +72,9 @@ def test_data_plate_scales_a_minibatch_to_the_full_data(digits, backend):
         def log_joint(**kw):
             torch.manual_seed(0)
             model = spec.build_model(backend, config, None)
-            return float(pyro.poutine.trace(model).get_trace(batch, config, **kw).log_prob_sum())
+            return float(
+                pyro.poutine.trace(model).get_trace(batch, config, **kw).log_prob_sum().detach()
+            )
     else:
         import jax
         from numpyro import handlers

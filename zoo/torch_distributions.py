@@ -1,7 +1,7 @@
-"""Pyro (torch) twins of the distributions in :mod:`zoo.distributions`.
+"""Pyro (torch) twins of the distributions in :mod:`zoo.distributions`, and a repaired Wishart.
 
-Only :class:`StickBreakingCategorical` is here: on the torch side the Concrete distribution is
-:class:`torch.distributions.RelaxedOneHotCategorical` itself, which
+Of the twins only :class:`StickBreakingCategorical` is here: on the torch side the Concrete
+distribution is :class:`torch.distributions.RelaxedOneHotCategorical` itself, which
 :class:`zoo.distributions.RelaxedOneHotCategorical` reproduces.
 """
 
@@ -9,9 +9,24 @@ from __future__ import annotations
 
 import torch
 from pyro.distributions import Categorical, constraints
+from pyro.distributions import Wishart as _PyroWishart
 from torch.distributions.utils import lazy_property
 
-__all__ = ["StickBreakingCategorical", "stick_breaking_log_weights"]
+__all__ = ["StickBreakingCategorical", "Wishart", "stick_breaking_log_weights"]
+
+
+class Wishart(_PyroWishart):
+    """Pyro's ``Wishart`` whose draws are the Bartlett draws, as drawn.
+
+    torch's ``Wishart.rsample`` (up to at least 2.13) means to redraw singular draws, but marks
+    a draw singular where the support check passes, that is, where it is positive definite: it
+    warns "Singular sample detected" and draws again at nearly every call, which doubles the cost
+    and keeps the first draw exactly where it was singular (pytorch/pytorch#122021). With
+    ``df > d - 1`` a Bartlett draw is positive definite but for rounding.
+    """
+
+    def rsample(self, sample_shape=()) -> torch.Tensor:
+        return self._bartlett_sampling(torch.Size(sample_shape))
 
 
 def stick_breaking_log_weights(sticks: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ Every twin that holds a network names its parameters ``<name>.<path>`` in torch'
 same in both backends. These two functions build such a network from those arrays, with a clear
 error when their shapes do not fit the architecture (a checkpoint or fit of another
 configuration). Each backend is imported only when its function is called.
+:func:`pyro_param_init` gives a Pyro parameter its starting value from such arrays.
 """
 
 from __future__ import annotations
@@ -65,3 +66,16 @@ def equinox_module(build, name: str, init: dict, dtype, description):
     )
     leaves = [jnp.asarray(init[prefix + p], dtype=dtype) for p in paths]
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), leaves)
+
+
+def pyro_param_init(init: dict, name: str, like: dict):
+    """The starting value of ``pyro.param(name, ...)`` from ``init[name]``, given lazily: a copy
+    as a tensor of ``like``'s dtype and device, made once, when the parameter is created.
+
+    A copy (NumPy's, writable even where the caller's array is not), because the optimiser
+    updates parameters in place: an unconstrained (real-valued) parameter made by
+    ``torch.as_tensor`` would share the caller's array, another fit's ``raw_params`` say, and
+    the fit would write into it."""
+    import torch
+
+    return lambda: torch.as_tensor(np.array(init[name]), **like)

@@ -9,7 +9,8 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 from zoo.plates import pyro_data_plate as data_plate
-from zoo.torch_distributions import StickBreakingCategorical
+from zoo.torch_distributions import StickBreakingCategorical, Wishart
+from zoo.weights import pyro_param_init
 
 ENUMERATED_GUIDES = ("enum",)
 
@@ -47,7 +48,7 @@ def model(data, config, temperature=None, init=None, num_data=None):
     with components:
         precisions = pyro.sample(
             "precisions",
-            dist.Wishart(config.degrees_of_freedom_prior, precision_matrix=config.covariance_prior),
+            Wishart(config.degrees_of_freedom_prior, precision_matrix=config.covariance_prior),
         )
         means = pyro.sample(
             "means",
@@ -79,7 +80,7 @@ def _global_factors(config, init, x, mean_family):
     like = dict(dtype=x.dtype, device=x.device)
 
     def param(name, constraint=constraints.real):
-        return pyro.param(name, torch.as_tensor(init[name], **like), constraint=constraint)
+        return pyro.param(name, pyro_param_init(init, name, like), constraint=constraint)
 
     components = pyro.plate("components", K)
     if config.weight_prior == "dirichlet_process":
@@ -93,7 +94,7 @@ def _global_factors(config, init, x, mean_family):
     scale_tril = param("scale_tril", constraints.lower_cholesky)
     means = param("mean_loc")
     with components:
-        precisions = pyro.sample("precisions", dist.Wishart(dof, scale_tril=scale_tril))
+        precisions = pyro.sample("precisions", Wishart(dof, scale_tril=scale_tril))
         if mean_family == "conditional":  # the CAVI family: mu_k | Lambda_k
             beta = param("mean_precision", constraints.positive)
             mean_dist = dist.MultivariateNormal(
@@ -126,7 +127,7 @@ def make_guide(name, config, init):
             return
         logits = pyro.param(
             "assignment_logits",
-            torch.as_tensor(init["assignment_logits"], dtype=x.dtype, device=x.device),
+            pyro_param_init(init, "assignment_logits", dict(dtype=x.dtype, device=x.device)),
         )
         with pyro.plate("data", x.shape[0]):
             if name == "gumbel":

@@ -8,6 +8,8 @@ import torch
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
+from zoo.weights import pyro_param_init
+
 ENUMERATED_GUIDES = ("enum",)
 
 
@@ -51,12 +53,12 @@ def make_guide(name, config, init):
         like = dict(dtype=x.dtype, device=x.device)
         weights = pyro.param(
             "weights_map",
-            torch.as_tensor(init["weights_map"], **like),
+            pyro_param_init(init, "weights_map", like),
             constraint=constraints.simplex,
         )
         probs = pyro.param(
             "probs_map",
-            torch.as_tensor(init["probs_map"], **like),
+            pyro_param_init(init, "probs_map", like),
             constraint=constraints.unit_interval,
         )
         pyro.sample("weights", dist.Delta(weights, event_dim=1))

@@ -8,6 +8,8 @@ import torch
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
+from zoo.weights import pyro_param_init
+
 ENUMERATED_GUIDES = ("enum",)
 
 
@@ -18,7 +20,7 @@ def model(data, config, temperature=None, init=None):
     init = init or {}
 
     def param(name, default, constraint):
-        value = torch.as_tensor(init[name], **like) if name in init else default
+        value = pyro_param_init(init, name, like) if name in init else default
         return pyro.param(name, value, constraint=constraint)
 
     K, d = config.K, config.dim
