@@ -12,6 +12,7 @@ import argparse
 import os
 
 import numpy as np
+import torch
 
 import inference
 import zoo
@@ -51,6 +52,8 @@ def main():
     if rank == 0:
         arrays = {f"raw/{k}": v for k, v in res.raw_params.items()}
         np.savez(args.out, objective=res.history["objective"], **arrays)
+    # Left to the interpreter's exit, gloo's threads can outlive it and abort the process.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
