@@ -9,6 +9,7 @@ that step, as a crashed worker would.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 
 import numpy as np
@@ -19,6 +20,7 @@ import zoo
 
 
 def main():
+    faulthandler.enable()  # a process that aborts says where
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--num-steps", type=int, default=20)
@@ -52,7 +54,9 @@ def main():
     if rank == 0:
         arrays = {f"raw/{k}": v for k, v in res.raw_params.items()}
         np.savez(args.out, objective=res.history["objective"], **arrays)
-    # Left to the interpreter's exit, gloo's threads can outlive it and abort the process.
+    # Every process ends the group together, once rank 0 has written: a group left to the
+    # interpreter's exit, or torn down while a peer still works, has aborted a process here.
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
