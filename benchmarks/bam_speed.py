@@ -28,22 +28,13 @@ import argparse
 import contextlib
 import json
 import time
+from unittest.mock import patch
 
 import numpy as np
 
 import inference
 
 VARIANTS = ("softmax", "weibull", "lognormal")
-
-
-@contextlib.contextmanager
-def _replaced(module, name, value):
-    saved = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, saved)
 
 
 @contextlib.contextmanager
@@ -55,7 +46,7 @@ def _no_noise_draw():
     def fill(value):
         return lambda shape, **kwargs: torch.full(shape, value, **kwargs)
 
-    with _replaced(torch, "rand", fill(0.5)), _replaced(torch, "randn", fill(0.0)):
+    with patch.object(torch, "rand", fill(0.5)), patch.object(torch, "randn", fill(0.0)):
         yield
 
 
@@ -73,7 +64,7 @@ def _no_prior_gradient():
         with torch.no_grad():
             return prior(*args)
 
-    with _replaced(pyro_classifier, "prior", without_gradient):
+    with patch.object(pyro_classifier, "prior", without_gradient):
         yield
 
 
@@ -88,7 +79,7 @@ def _no_layer_kl():
     def zero(q, p):
         return torch.zeros(q.batch_shape)
 
-    with _replaced(pyro_meanfield, "kl_divergence", zero):
+    with patch.object(pyro_meanfield, "kl_divergence", zero):
         yield
 
 
