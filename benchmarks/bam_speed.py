@@ -176,6 +176,8 @@ def main(argv=None):
     )
     p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
+    if args.ablate and "pyro" not in args.backends:
+        p.error("--ablate stands in for parts of Pyro's step: it needs --backends pyro")
     if args.quick:
         args.steps, args.warmup, args.rounds, args.rows = 5, 5, 2, 512
     # The step time does not depend on the pixel values: random images keep the benchmark
