@@ -72,6 +72,36 @@ def _fingerprint(data) -> str:
     return digest.hexdigest()[:16]
 
 
+#: Options read by some algorithms only, with the defaults fit() gives them: set to anything
+#: else for another algorithm, they are an error rather than silently ignored.
+ALGORITHM_OPTIONS = {
+    "lr": (("svi",), 0.05),
+    "num_particles": (("svi",), 1),
+    "temperature": (("svi",), (1.0, 0.1)),
+    "elbo": (("svi",), "trace"),
+    "step_size": (("svi-natural",), (1.0, 0.7)),
+}
+
+
+def _is_default(value, default) -> bool:
+    if isinstance(value, list | tuple) and isinstance(default, tuple):
+        return tuple(value) == default
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError):  # an array, say
+        return False
+
+
+def _check_algorithm_options(algorithm: str, given: dict) -> None:
+    for name, value in given.items():
+        takers, default = ALGORITHM_OPTIONS[name]
+        if algorithm not in takers and not _is_default(value, default):
+            raise ValueError(
+                f"{name}= is an option of algorithm {' and '.join(map(repr, takers))}; "
+                f"algorithm {algorithm!r} does not take it (got {name}={value!r})."
+            )
+
+
 def fit(
     model,
     data,
@@ -152,9 +182,11 @@ def fit(
         (``result.best_step``). For models with per-datum evaluation (``FitResult.elbo``).
     checkpoint, checkpoint_every, resume :
         Write an atomic checkpoint to ``checkpoint`` every ``checkpoint_every`` steps; with
-        ``resume=True`` continue from it to the same result as an uninterrupted run. A larger
-        ``num_steps`` on resume extends the run, unless the run depends on ``num_steps`` (a
-        temperature annealed over it, a stream): then the checkpoint is refused.
+        ``resume=True`` continue from it (if the file exists) to the same result as an
+        uninterrupted run; a run that converged or stopped early comes back as it ended. A
+        larger ``num_steps`` on resume extends the run, unless the run depends on ``num_steps``
+        (a temperature annealed over it, a stream): then the checkpoint is refused, as is a
+        checkpoint of another model, data set, seed, option or validation set-up.
     num_data : int, optional
         With a stream of minibatches: the size of the full data set (scales the data plate).
     step_size : (tau, kappa)
@@ -192,6 +224,20 @@ def fit(
         raise ValueError(
             f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every}."
         )
+    _check_algorithm_options(
+        algorithm,
+        dict(
+            lr=lr,
+            num_particles=num_particles,
+            temperature=temperature,
+            elbo=elbo,
+            step_size=step_size,
+        ),
+    )
+    if (validate_every is not None or patience is not None) and validation_data is None:
+        raise ValueError("validate_every= and patience= need validation_data= to validate on.")
+    if resume and checkpoint is None:
+        raise ValueError("resume=True needs checkpoint=PATH, the file to resume from.")
     source = kept = None
     out_of_core = streaming.is_out_of_core(data)
     if out_of_core and algorithm not in MINIBATCH_ALGORITHMS:
@@ -339,16 +385,33 @@ def fit(
 
     if validation_data is not None:
         held_out = spec.validate_data(validation_data)
+        if spec.check_data is not None:
+            spec.check_data(held_out, config)
 
-        def validation_elbo(state) -> float:
+        def validation_elbo(state, rows=None) -> float:
             """Per-point ELBO of the held-out data; one draw per point, the same each time."""
+            scored = held_out if rows is None else {k: v[:rows] for k, v in held_out.items()}
             return float(
-                np.mean(make_result(state, {"time": []}, False, use_best=False).elbo(held_out))
+                np.mean(make_result(state, {"time": []}, False, use_best=False).elbo(scored))
             )
+
+        try:  # one row now, rather than a failure at the first evaluation, steps later
+            validation_elbo(state, rows=1)
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"validation_data cannot be scored for model {spec.name!r} fitted by "
+                f"{algorithm!r}: validation is the per-datum ELBO of a guide over latents local "
+                f"to each data point. ({type(err).__name__}: {err})"
+            ) from err
 
         if validate_every is None:
             validate_every = problem.num_data // batch_size if batch_size else 100
         validation = Validation(validation_elbo, validate_every, patience)
+        header["validation_setup"] = {
+            "data_fingerprint": _fingerprint(held_out),
+            "every": validation.every,
+            "patience": None if patience is None else int(patience),
+        }
 
     state, history, converged = run(
         alg,

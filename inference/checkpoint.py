@@ -9,10 +9,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 import zipfile
 
 import numpy as np
+
+from zoo.files import atomic_write
 
 FORMAT = "ppl-zoo/1"
 _HEADER = "__header__"
@@ -22,32 +23,27 @@ class CheckpointError(ValueError):
     """A checkpoint or saved fit that cannot be read, or that belongs to another run."""
 
 
+def _plain(value):
+    """JSON for the numpy scalars a header may hold (an option given as ``np.int64(50)``)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def save(path, header: dict, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``header`` (JSON-able) and ``arrays`` to ``path`` atomically.
+    """Write ``header`` (JSON-able) and ``arrays`` to ``path`` atomically and durably.
 
     The file is written next to its destination and renamed over it, so an interrupted save leaves
     the previous file intact.
     """
-    path = os.fspath(path)
-    payload = {_HEADER: np.frombuffer(json.dumps({"format": FORMAT, **header}).encode(), np.uint8)}
+    text = json.dumps({"format": FORMAT, **header}, default=_plain)
+    payload = {_HEADER: np.frombuffer(text.encode(), np.uint8)}
     for key, value in arrays.items():
         value = np.asarray(value)
         if value.dtype == object:
             raise TypeError(f"Cannot save {key!r}: object arrays would need pickle.")
         payload[key] = value
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".zoo")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(path, lambda f: np.savez(f, **payload), durable=True)
 
 
 def load(path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -57,14 +53,21 @@ def load(path) -> tuple[dict, dict[str, np.ndarray]]:
         raise FileNotFoundError(f"No checkpoint or saved fit at {path!r}.")
     try:
         with open(path, "rb") as f:
-            blob = f.read()
-        with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
+            blob = io.BytesIO(f.read())
+        # Checked first: np.load would read anything else as a lone array or a pickle, and its
+        # message for the latter suggests allow_pickle=True.
+        if not zipfile.is_zipfile(blob):
+            raise CheckpointError(f"{path!r} is not a zoo file (not a zip archive).")
+        with np.load(blob, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in npz.files}
         header = json.loads(arrays.pop(_HEADER).tobytes().decode())
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as err:
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError, RecursionError) as err:
         raise CheckpointError(
             f"{path!r} is not a readable zoo file (corrupt or truncated?): {err}"
         ) from err
-    if header.get("format") != FORMAT:
-        raise CheckpointError(f"{path!r} has format {header.get('format')!r}; expected {FORMAT!r}.")
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        found = header.get("format") if isinstance(header, dict) else header
+        raise CheckpointError(f"{path!r} has format {found!r}; expected {FORMAT!r}.")
     return header, arrays

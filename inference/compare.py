@@ -131,9 +131,21 @@ def compare(
     objective per point (ELBO; log-likelihood for EM), the held-out log predictive per point,
     steps, wall time and the time to get within 0.01 nats/point of the best run's objective.
     """
-    from inference.api import ALGORITHMS, fit, get_algorithm
+    from inference.api import ALGORITHMS, fit, get_algorithm, get_backend
 
     spec = get_model(model)
+    for name, values in (("algorithms", algorithms), ("backends", backends), ("seeds", seeds)):
+        if isinstance(values, str) or not len(values):
+            raise ValueError(f"{name} must be a non-empty list; got {values!r}.")
+    for backend in backends:
+        get_backend(backend)  # an unknown name is an error, not a silently empty row
+    twins = [get_model(EM_TWINS[spec.name])] if spec.name in EM_TWINS else []
+    _check_options([spec, *twins], options)
+    if isinstance(num_steps, dict) and set(num_steps) - set(algorithms):
+        raise ValueError(
+            f"num_steps names {sorted(set(num_steps) - set(algorithms))}, which are not among "
+            f"the algorithms {list(algorithms)}."
+        )
     test_data = data if test_data is None else test_data
     rows, results = [], []
     for algorithm in algorithms:
@@ -148,7 +160,7 @@ def compare(
             for guide in run_guides:
                 for seed in seeds:
                     steps = num_steps.get(algorithm) if isinstance(num_steps, dict) else num_steps
-                    opts = _options_for(target, options)
+                    opts = _options_for(target, algorithm, options)
                     res = fit(
                         target,
                         data,
@@ -237,10 +249,44 @@ def _fresh_elbo(res, data, num_particles: int) -> float:
 EM_TWINS = {"bayesian_gmm": "gmm"}
 
 
-def _options_for(spec, options):
-    """Pass each model only the options its ``prepare`` takes (EM's twin has no priors)."""
+#: fit() options compare passes on, and the algorithms each applies to (None: every run).
+FIT_OPTIONS = {
+    "lr": ("svi",),
+    "num_particles": ("svi",),
+    "temperature": ("svi",),
+    "init": None,
+    "tol": None,
+    "dtype": None,
+    "device": None,
+    "batch_size": ("svi", "svi-natural"),
+    "elbo": ("svi",),
+    "step_size": ("svi-natural",),
+}
+
+
+def _check_options(specs, options) -> None:
+    """Every option is a fit() option above or a model option of one of the fitted models."""
+    import inspect
+
+    allowed = set(FIT_OPTIONS)
+    for spec in specs:
+        allowed |= set(inspect.signature(spec.prepare).parameters) - {"data"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise TypeError(
+            f"compare() got unknown option(s) {unknown}; it takes the fit() options "
+            f"{sorted(FIT_OPTIONS)} and the models' own options {sorted(allowed - set(FIT_OPTIONS))}."
+        )
+
+
+def _options_for(spec, algorithm, options):
+    """The options of one run: the model options its ``prepare`` takes (EM's twin has no
+    priors) and the fit() options of its algorithm."""
     import inspect
 
     allowed = set(inspect.signature(spec.prepare).parameters)
-    svi_keys = {"lr", "num_particles", "temperature", "init", "tol", "dtype", "device"}
-    return {k: v for k, v in options.items() if k in allowed or k in svi_keys}
+    return {
+        k: v
+        for k, v in options.items()
+        if k in allowed or (k in FIT_OPTIONS and algorithm in (FIT_OPTIONS[k] or (algorithm,)))
+    }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -23,6 +26,34 @@ class NonFiniteObjectiveError(FloatingPointError):
         self.result = result
 
 
+@contextlib.contextmanager
+def _interrupt_after():
+    """Ctrl-C inside the block is raised when the block ends: a step changes its state in place,
+    and one interrupted half way would be checkpointed half done."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):  # not ours to change (another thread, or a handler the caller installed)
+        yield
+        return
+    caught = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def _differences(saved, current) -> str:
+    """What differs between two recorded values, naming the keys of dicts."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        keys = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))
+        return ", ".join(f"{k}: {saved.get(k)!r} there, {current.get(k)!r} here" for k in keys)
+    return f"{saved!r} there, {current!r} here"
+
+
 def _save(path, header, alg, state, history, validation=None):
     skeleton, arrays = alg.state_dict(state)
     arrays.update({f"history/{k}": np.asarray(v) for k, v in history.items()})
@@ -34,7 +65,8 @@ def _save(path, header, alg, state, history, validation=None):
 
 
 def restore(path, header, alg, state, validation=None):
-    """Load a checkpoint written for the same run; returns (state, history, step)."""
+    """Load a checkpoint written for the same run; returns (state, history, step, stopped), with
+    ``stopped`` "converged" or "early_stopping" for a run that ended before its last step."""
     saved, arrays = checkpoint.load(path)
     if saved.get("kind") != "checkpoint":
         raise checkpoint.CheckpointError(f"{path!r} is a {saved.get('kind')!r}, not a checkpoint.")
@@ -45,17 +77,21 @@ def restore(path, header, alg, state, validation=None):
         "algorithm",
         "backend",
         "guide",
+        "seed",
         "data_fingerprint",
         "config_fingerprint",
         "options",
+        "validation_setup",
     ):
         if saved.get(key) != header.get(key):
             raise checkpoint.CheckpointError(
-                f"Checkpoint {path!r} was written by another run: its {key} is "
-                f"{saved.get(key)!r}, this run's is {header.get(key)!r}."
+                f"Checkpoint {path!r} was written by another run; its {key} does not match "
+                f"this run's: {_differences(saved.get(key), header.get(key))}."
             )
     history = {
-        k[len("history/") :]: list(arrays.pop(k)) for k in list(arrays) if k.startswith("history/")
+        k[len("history/") :]: arrays.pop(k).tolist()
+        for k in list(arrays)
+        if k.startswith("history/")
     }
     if validation is not None and "validation" in saved:
         validation.load_state_dict(saved["validation"], arrays)
@@ -65,7 +101,7 @@ def restore(path, header, alg, state, validation=None):
         raise checkpoint.CheckpointError(
             f"Checkpoint {path!r} does not fit this run: {err}"
         ) from err
-    return state, history, int(saved["step"])
+    return state, history, int(saved["step"]), saved.get("stopped")
 
 
 def run(
@@ -100,8 +136,11 @@ def run(
     stochastic = header.get("algorithm") in ("svi", "svi-natural")
     history = {"step": [], "objective": [], "time": []}
     start_step = 0
+    stopped = None  # why a run ended before num_steps: "converged" or "early_stopping"
     if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
-        state, history, start_step = restore(checkpoint_path, header, alg, state, validation)
+        state, history, start_step, stopped = restore(
+            checkpoint_path, header, alg, state, validation
+        )
         if start_step > num_steps:
             raise ValueError(
                 f"Checkpoint {checkpoint_path!r} is at step {start_step}, past num_steps="
@@ -109,7 +148,7 @@ def run(
             )
     elapsed0 = history["time"][-1] if history["time"] else 0.0
     t0 = time.perf_counter() - elapsed0
-    converged = False
+    converged = stopped == "converged"
     previous = history["objective"][-1] if history["objective"] else None
     step = start_step
     bar = tqdm(
@@ -119,25 +158,27 @@ def run(
     def save_checkpoint():
         """The last completed step, when a path is given and a step was taken."""
         if checkpoint_path is not None and write_checkpoints and history["step"]:
-            step_header = {**header, "step": history["step"][-1]}
+            step_header = {**header, "step": history["step"][-1], "stopped": stopped}
             _save(checkpoint_path, step_header, alg, state, history, validation)
 
     try:
-        for step in range(start_step, num_steps):
-            new_state, info = alg.step(state)
-            objective = info.objective
-            if not math.isfinite(objective):
-                result = make_result(state, history, False) if make_result else None
-                raise NonFiniteObjectiveError(
-                    f"The objective became {objective} at step {step + 1}; the parameters of "
-                    f"step {step} are kept (error.result). Lower the learning rate, check the "
-                    "data scale, or use float64.",
-                    result,
-                )
-            state = new_state
-            history["step"].append(step + 1)
-            history["objective"].append(objective)
-            history["time"].append(time.perf_counter() - t0)
+        # A run that converged or stopped early is finished: resuming it returns it as it was.
+        for step in range(start_step, start_step if stopped else num_steps):
+            with _interrupt_after():
+                new_state, info = alg.step(state)
+                objective = info.objective
+                if not math.isfinite(objective):
+                    result = make_result(state, history, False) if make_result else None
+                    raise NonFiniteObjectiveError(
+                        f"The objective became {objective} at step {step + 1}; the parameters "
+                        f"of step {step} are kept (error.result). Lower the learning rate, check "
+                        "the data scale, or use float64.",
+                        result,
+                    )
+                state = new_state
+                history["step"].append(step + 1)
+                history["objective"].append(objective)
+                history["time"].append(time.perf_counter() - t0)
             bar.update(1)
             if progress and (step % 25 == 0 or step + 1 == num_steps):
                 # Stochastic objectives are noisy step to step: show their running mean.
@@ -146,18 +187,19 @@ def run(
                     f"objective/point={sum(recent) / len(recent) / num_data:.4f}", refresh=False
                 )
             stop = validation is not None and validation.after_step(step + 1, state, alg, history)
-            if callback is not None:
-                callback(step + 1, state, info)
-            if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
-                save_checkpoint()
             if stop:
-                break
-            if (
+                stopped = "early_stopping"
+            elif (
                 tol is not None
                 and previous is not None
                 and abs(objective - previous) < tol * num_data
             ):
-                converged = True
+                stopped, converged = "converged", True
+            if callback is not None:
+                callback(step + 1, state, info)
+            if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
+                save_checkpoint()
+            if stopped:
                 break
             previous = objective
     except (KeyboardInterrupt, DataError, OSError, RuntimeError):

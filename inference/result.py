@@ -81,11 +81,18 @@ class FitResult:
             return "cavi"
         return self.guide or self.algorithm
 
+    def _checked(self, data) -> dict:
+        """New data, checked as training data are and against the fitted model (its width)."""
+        spec = get_model(self.model)
+        data = spec.validate_data(data if isinstance(data, dict) else {"x": data})
+        if spec.check_data is not None:
+            spec.check_data(data, self.config)
+        return data
+
     def pointwise_log_likelihood(self, data, num_samples=1000, seed=0) -> np.ndarray:
         """(num_samples, N) log p(x_n | theta_s) with theta_s drawn from the fitted posterior."""
         spec = get_model(self.model)
-        data = spec.validate_data(data if isinstance(data, dict) else {"x": data})
-        return spec.log_likelihood(self.sample_posterior(num_samples, seed), data)
+        return spec.log_likelihood(self.sample_posterior(num_samples, seed), self._checked(data))
 
     def log_marginal_likelihood(
         self, x, num_samples: int = 1000, seed: int = 0, device: str = "cpu"
@@ -125,7 +132,7 @@ class FitResult:
         kwargs = {}
         if data is not None:
             spec = get_model(self.model)
-            data = spec.validate_data(data if isinstance(data, dict) else {"x": data})
+            data = self._checked(data)
             kwargs["log_likelihood"] = {k: spec.log_likelihood(draws, data)[None] for k in ("x",)}
             kwargs["observed_data"] = data
         return az.from_dict(posterior=posterior, **kwargs)

@@ -148,12 +148,21 @@ class SVIAlgorithm:
                 )
             if batches is None and source is None:  # full batch: each process keeps its share
                 data = {k: v[self._share(problem.num_data, shard)] for k, v in data.items()}
+        enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
+        if enumerated and problem.backend.NAME == "numpyro" and getattr(config, "K", None) == 1:
+            # NumPyro's enumeration allocates no dimension to a site with one value and then
+            # fails looking it up (KeyError or a funsor shape error), a crash for valid input.
+            raise ValueError(
+                f"K=1 with the enumerated guide {guide!r} does not run on NumPyro, whose "
+                "enumeration cannot sum over a single component. Fit a one-component model "
+                "with backend='pyro', or with algorithm 'cavi' or 'em'."
+            )
         engine = problem.backend.SVIEngine(
             model,
             guide_fn,
             data,
             config,
-            elbo="enum" if guide in getattr(twin, "ENUMERATED_GUIDES", ()) else elbo,
+            elbo="enum" if enumerated else elbo,
             lr=lr,
             num_particles=int(num_particles),
             seed=problem.seed,

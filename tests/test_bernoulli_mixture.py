@@ -183,7 +183,7 @@ def test_fit_saves_loads_and_scores_new_data(tmp_path, em_fits, data):
     lml = back.log_marginal_likelihood(data[:10].astype(bool), num_samples=3)
     ref = bm.log_prob_observed(res.params, data[:10])
     np.testing.assert_allclose(lml, ref, rtol=1e-12)
-    with pytest.raises(ValueError, match="expected x with D = 16"):
+    with pytest.raises(ValueError, match="must have 16 columns, as the fitted model"):
         back.log_marginal_likelihood(data[:10, :8])
 
 

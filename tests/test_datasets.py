@@ -100,6 +100,28 @@ def test_cache_created_and_reused(tmp_path, monkeypatch):
 
 
 @needs_data
+def test_damaged_cache_is_parsed_anew(tmp_path):
+    first = load_binarized_mnist("valid", data_dir=DATA_DIR, cache_dir=tmp_path)
+    # Same shape and dtype, valid .npy, other bytes: only the recorded checksum tells.
+    np.save(tmp_path / "binarized_mnist_valid.npy", np.zeros_like(first))
+    again = load_binarized_mnist("valid", data_dir=DATA_DIR, cache_dir=tmp_path)
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(np.load(tmp_path / "binarized_mnist_valid.npy"), first)
+
+
+def test_atomic_write_gives_the_umask_permissions(tmp_path):
+    from zoo.files import atomic_write
+
+    old = os.umask(0o027)
+    try:
+        atomic_write(tmp_path / "f.bin", lambda f: f.write(b"x"), durable=True)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+
+
+@needs_data
 def test_cache_invalidated_by_changed_source(tmp_path):
     data = tmp_path / "data"
     (data / "mnist").mkdir(parents=True)
@@ -196,7 +218,7 @@ def test_download_via_patched_opener(tmp_path, monkeypatch, mnist_test):
         assert (tmp_path / "mnist" / name).read_bytes() == blob
     np.testing.assert_array_equal(images, mnist_test[0])
     np.testing.assert_array_equal(labels, mnist_test[1])
-    assert not list((tmp_path / "mnist").glob("*.part"))
+    assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(served)
 
 
 @needs_data

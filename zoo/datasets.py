@@ -29,10 +29,11 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from zoo.files import atomic_write
 
 __all__ = [
     "BINARIZED_MNIST_URL",
@@ -180,11 +181,9 @@ def _download(url: str, dest: Path, expected_sha256: str) -> None:
     """
     from tqdm.auto import tqdm
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
-    try:
+    def write(out):
         digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, _urlopen(url) as resp:
+        with _urlopen(url) as resp:
             total = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
             total = int(total) if total else None
             with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
@@ -198,10 +197,8 @@ def _download(url: str, dest: Path, expected_sha256: str) -> None:
                 f"Checksum mismatch for download of {url}: expected SHA-256 {expected_sha256}, "
                 f"got {got}."
             )
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(dest, write)
 
 
 def _fetch(rel: str, data_dir: Path, urls: list[str], note: str = "") -> Path:
@@ -309,30 +306,22 @@ def _source_record(path: Path, rel: str) -> dict:
     }
 
 
-def _atomic_write(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _cache_load(
     cache_dir: Path, name: str, sources: dict, shape: tuple, dtype=np.uint8
 ) -> np.ndarray | None:
-    """Return the cached array when its metadata matches ``sources``, shape and dtype."""
+    """Return the cached array when its metadata matches ``sources``, shape and dtype and its
+    bytes match the SHA-256 recorded when it was written (a damaged cache is parsed anew)."""
     npy, meta = cache_dir / f"{name}.npy", cache_dir / f"{name}.json"
     try:
-        if json.loads(meta.read_text())["sources"] != sources:
+        recorded = json.loads(meta.read_text())
+        if recorded["sources"] != sources:
             return None
         arr = np.load(npy, allow_pickle=False)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if arr.shape != shape or arr.dtype != dtype:
+        return None
+    if recorded.get("sha256") != _sha256_bytes(np.ascontiguousarray(arr).tobytes()):
         return None
     return arr
 
@@ -340,9 +329,14 @@ def _cache_load(
 def _cache_save(cache_dir: Path, name: str, arr: np.ndarray, sources: dict) -> None:
     """Write ``arr`` and its metadata atomically; a failure to write only warns."""
     try:
-        _atomic_write(cache_dir / f"{name}.npy", lambda f: np.save(f, arr, allow_pickle=False))
-        meta = json.dumps({"sources": sources, "shape": list(arr.shape), "dtype": str(arr.dtype)})
-        _atomic_write(cache_dir / f"{name}.json", lambda f: f.write(meta.encode()))
+        atomic_write(cache_dir / f"{name}.npy", lambda f: np.save(f, arr, allow_pickle=False))
+        meta = {
+            "sources": sources,
+            "shape": list(arr.shape),
+            "dtype": str(arr.dtype),
+            "sha256": _sha256_bytes(np.ascontiguousarray(arr).tobytes()),
+        }
+        atomic_write(cache_dir / f"{name}.json", lambda f: f.write(json.dumps(meta).encode()))
     except OSError as exc:
         import warnings
 

@@ -67,6 +67,15 @@ def check_components(K, n_samples) -> int:
     return int(K)
 
 
+def check_dim(data, config) -> None:
+    """New data (a test set, validation data) have the fitted mixture's D columns."""
+    x = data["x"]
+    if x.shape[-1] != config.dim:
+        raise ValueError(
+            f"data['x'] must have {config.dim} columns, as the fitted model; got shape {x.shape}."
+        )
+
+
 def prepare(
     data,
     K: int = 10,
@@ -191,6 +200,7 @@ SPEC = ModelSpec(
     config_type=BayesianGMMConfig,
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
+    check_data=check_dim,
     example_options={"K": 3},
     minibatch=True,  # the "enum" guide; SVI draws minibatches, svi-natural streams them
     tags=("discrete-latent", "conjugate", "mixture"),

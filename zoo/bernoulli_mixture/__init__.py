@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zoo.bayesian_gmm import check_components
+from zoo.bayesian_gmm import check_components, check_dim
 from zoo.bernoulli_mixture import posterior
 from zoo.bernoulli_mixture.completion import (
     Completion,
@@ -201,6 +201,7 @@ SPEC = BinaryDataSpec(
     config_type=BernoulliMixtureConfig,
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
+    check_data=check_dim,
     example_options={"K": 3},
     tags=("discrete-latent", "conjugate", "mixture", "binary", "map"),
 )

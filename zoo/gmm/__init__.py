@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zoo.bayesian_gmm import check_components
+from zoo.bayesian_gmm import check_components, check_dim
 from zoo.gmm import posterior
 from zoo.spec import DataField, ModelSpec
 
@@ -66,6 +66,7 @@ SPEC = ModelSpec(
     config_type=GMMConfig,
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
+    check_data=check_dim,
     example_options={"K": 3},
     tags=("discrete-latent", "maximum-likelihood", "mixture"),
 )
