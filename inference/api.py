@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -214,6 +215,10 @@ def fit(
         )
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
         raise TypeError(f"seed must be an int; got {type(seed).__name__}.")
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an int in the range [0, 2**63); got {seed}.")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable(step, state, info); got {callback!r}.")
     num_steps = DEFAULT_NUM_STEPS[algorithm] if num_steps is None else num_steps
     if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1:
         raise ValueError(f"num_steps must be an int in the range [1, inf); got {num_steps!r}.")
@@ -247,6 +252,17 @@ def fit(
         )
     if num_data is not None and not out_of_core:
         raise ValueError("num_data= is for streams of minibatches; these data are in memory.")
+    grey = None
+    if dynamic_binarization:
+        if algorithm != "svi":
+            raise ValueError(
+                f"dynamic_binarization is an SVI option; algorithm {algorithm!r} does not take it."
+            )
+        if out_of_core or not isinstance(data, Mapping) or "x" not in data:
+            raise ValueError("dynamic_binarization=True needs data={'x': grey levels} in memory.")
+        # Binarized before the data checks, which (for a Bernoulli likelihood) want 0s and 1s.
+        grey = check_grey_levels(data["x"])
+        data = {**data, "x": binarize(grey, int(seed), 0)}
     if not out_of_core:
         data = spec.validate_data(data)
     if out_of_core or algorithm == "svi-natural":
@@ -266,14 +282,6 @@ def fit(
         if out_of_core:
             kept = data if isinstance(data, dict) else None  # what the result refers to
             data = source.init_sample()
-    grey = None
-    if dynamic_binarization:
-        if algorithm != "svi":
-            raise ValueError(
-                f"dynamic_binarization is an SVI option; algorithm {algorithm!r} does not take it."
-            )
-        grey = check_grey_levels(data["x"])
-        data = {**data, "x": binarize(grey, int(seed), 0)}
     config = _prepare(spec, data, model_options)
     problem = Problem(
         spec=spec,

@@ -46,6 +46,13 @@ def _interrupt_after():
         raise KeyboardInterrupt
 
 
+def _advice(stochastic: bool) -> str:
+    if stochastic:
+        return "Lower the learning rate, check the data scale, or use float64."
+    # Closed-form updates have no step size: a covariance or a weight went singular.
+    return "Check the data scale and constant columns, raise reg_covar, or use float64."
+
+
 def _differences(saved, current) -> str:
     """What differs between two recorded values, naming the keys of dicts."""
     if isinstance(saved, dict) and isinstance(current, dict):
@@ -171,8 +178,7 @@ def run(
                     result = make_result(state, history, False) if make_result else None
                     raise NonFiniteObjectiveError(
                         f"The objective became {objective} at step {step + 1}; the parameters "
-                        f"of step {step} are kept (error.result). Lower the learning rate, check "
-                        "the data scale, or use float64.",
+                        f"of step {step} are kept (error.result). {_advice(stochastic)}",
                         result,
                     )
                 state = new_state

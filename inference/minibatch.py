@@ -83,7 +83,7 @@ class PermutedBatches(EpochBatches):
 def check_grey_levels(x: np.ndarray) -> np.ndarray:
     """Grey levels in [0, 1], the input of dynamic binarization."""
     x = np.asarray(x)
-    if x.dtype.kind != "f" or x.size and (x.min() < 0 or x.max() > 1):
+    if x.dtype.kind != "f" or x.size and not (x.min() >= 0 and x.max() <= 1):
         low, high = (x.min(), x.max()) if x.size else (None, None)
         raise ValueError(
             "dynamic_binarization=True needs data['x'] as floats in [0, 1] (grey levels, e.g. "

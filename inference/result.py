@@ -81,6 +81,13 @@ class FitResult:
             return "cavi"
         return self.guide or self.algorithm
 
+    def _check_guide(self, method: str) -> None:
+        if self.guide is None:
+            raise ValueError(
+                f"{method}() scores new data under the fitted guide, and a fit by "
+                f"{self.algorithm!r} has none; use log_marginal_likelihood()."
+            )
+
     def _checked(self, data) -> dict:
         """New data, checked as training data are and against the fitted model (its width)."""
         spec = get_model(self.model)
@@ -118,6 +125,7 @@ class FitResult:
         For models whose latents are local to a data point (a VAE): the mean over
         ``num_samples`` draws of ``log p(x_n, z) - log q(z | x_n)``.
         """
+        self._check_guide("elbo")
         data = x if isinstance(x, dict) else {"x": x}
         return importance_statistics(self, data, num_samples, seed, device)[0]
 
@@ -166,11 +174,28 @@ class FitResult:
         checkpoint.save(path, header, arrays)
 
 
+_SAVED_FIELDS = (
+    "model",
+    "algorithm",
+    "backend",
+    "guide",
+    "config",
+    "converged",
+    "timing",
+    "num_data",
+    "seed",
+    "options",
+)
+
+
 def load(path) -> FitResult:
     """Read a ``FitResult`` written by ``FitResult.save`` (no code runs from the file)."""
     header, arrays = checkpoint.load(path)
     if header.get("kind") != "fit_result":
         raise checkpoint.CheckpointError(f"{path!r} is a {header.get('kind')!r}, not a saved fit.")
+    missing = sorted(set(_SAVED_FIELDS) - set(header))
+    if missing:
+        raise checkpoint.CheckpointError(f"{path!r} is a saved fit without its {missing}.")
     spec = get_model(header["model"])
 
     def group(prefix):

@@ -195,7 +195,10 @@ class SVIAlgorithm:
         closed-form updates, one M-step from the initial responsibilities; else None (the
         model's own seeded initialisation)."""
         if isinstance(init, Mapping):
-            return {k: np.asarray(v) for k, v in init.items()}
+            given = {k: np.asarray(v) for k, v in init.items()}
+            if problem.spec.closed_form is None:  # a network's own checks see to its names
+                return given
+            return self._checked_start(problem, given, self._start_values(problem, None))
         if problem.spec.closed_form is not None:
             x = problem.data["x"]
             init = "kmeans" if init is None else init
@@ -209,6 +212,27 @@ class SVIAlgorithm:
                 f"a dict of parameter arrays such as a fit's raw_params; got {init!r}."
             )
         return None
+
+    @staticmethod
+    def _checked_start(problem, given, default):
+        """``given`` parameters over the k-means start ``default``: the names must be the
+        model's, the shapes those of its K components, the values finite."""
+        name = problem.spec.name
+        unknown = sorted(set(given) - set(default))
+        if unknown:
+            raise ValueError(
+                f"init names {unknown}, which are not parameters of {name!r}; its parameters "
+                f"are {sorted(default)} (a fit's raw_params; the rest start from k-means)."
+            )
+        for key, value in given.items():
+            if value.shape != default[key].shape:
+                raise ValueError(
+                    f"init[{key!r}] must have shape {default[key].shape} for K="
+                    f"{problem.config.K} and the data's width; got {value.shape}."
+                )
+            if value.dtype.kind not in "fiu" or not np.isfinite(value).all():
+                raise ValueError(f"init[{key!r}] must hold finite numbers.")
+        return {**default, **given}
 
     def step(self, state: SVIState):
         if state.grey is not None:

@@ -415,3 +415,19 @@ def test_random_from_data_init_assigns_each_point_to_its_nearest_drawn_centre():
         progress=False,
     )
     assert res.converged
+
+
+def test_dynamic_binarization_fits_grey_levels(data):
+    grey = np.clip(data * 0.8 + 0.1, 0.0, 1.0)  # not binary: drawn anew each epoch
+    res = inference.fit(
+        "bernoulli_mixture",
+        {"x": grey},
+        "svi",
+        K=3,
+        num_steps=3,
+        dynamic_binarization=True,
+        progress=False,
+    )
+    assert np.isfinite(res.objective)
+    with pytest.raises(ValueError, match="dynamic_binarization=True needs data"):
+        inference.fit("bernoulli_mixture", {"x": grey * 2}, "svi", K=3, dynamic_binarization=True)

@@ -277,6 +277,8 @@ def test_dynamic_binarize(mnist_test):
     assert abs(a.mean() - images.mean() / 255) < 0.005
     with pytest.raises(TypeError):
         dynamic_binarize(images, 0)
+    with pytest.raises(ValueError, match="look like \\[0, 1\\].*multiply them by 255"):
+        dynamic_binarize(images / 255.0, np.random.default_rng(0))
 
 
 def test_digits_binarized():

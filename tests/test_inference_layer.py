@@ -298,6 +298,40 @@ def test_one_component_on_numpyro_enumeration_is_a_clear_error(gmm_data):
     assert np.isfinite(one.objective)
 
 
+@pytest.mark.parametrize(
+    "name,algorithm,options,message",
+    [
+        ("gmm", "em", {"x": np.zeros((0, 2)), "K": 1}, r"data\['x'\] is empty"),
+        ("bayesian_gmm", "cavi", {"mean_prior": [np.nan, 0.0]}, "mean_prior must be finite"),
+        ("bayesian_gmm", "cavi", {"degrees_of_freedom_prior": np.inf}, "must be finite and"),
+        ("bayesian_gmm", "cavi", {"covariance_prior": np.diag([1.0, np.inf])}, "must be finite"),
+        ("bayesian_gmm", "cavi", {"reg_covar": np.nan}, "reg_covar must be a float"),
+        ("gmm", "em", {"reg_covar": np.inf}, "reg_covar must be a float"),
+        ("gmm", "em", {"seed": -1}, r"seed must be an int in the range \[0, 2\*\*63\)"),
+        ("gmm", "em", {"callback": 5}, "callback must be callable"),
+        ("gmm", "svi", {"init": {"means": np.zeros((4, 2))}}, r"must have shape \(3, 2\)"),
+        ("gmm", "svi", {"init": {"meanz": np.zeros((3, 2))}}, r"init names \['meanz'\]"),
+        ("gmm", "svi", {"init": {"means": np.full((3, 2), np.nan)}}, "must hold finite"),
+    ],
+)
+def test_bad_options_priors_and_inits_are_clear_errors(gmm_data, name, algorithm, options, message):
+    options = {"x": gmm_data, "K": 3, **options}
+    x = options.pop("x")
+    with pytest.raises((ValueError, TypeError), match=message):
+        inference.fit(name, {"x": x}, algorithm, num_steps=2, progress=False, **options)
+
+
+def test_a_partial_init_starts_the_rest_from_kmeans(gmm_data):
+    fit = dict(algorithm="svi", backend="numpyro", K=3, num_steps=2, progress=False, seed=0)
+    kmeans = inference.fit("gmm", {"x": gmm_data}, **fit)
+    means = kmeans.raw_params["means"] + 1.0
+    partial = inference.fit("gmm", {"x": gmm_data}, init={"means": means}, **fit)
+    assert np.isfinite(partial.objective)
+    assert not np.allclose(partial.raw_params["means"], kmeans.raw_params["means"])
+    with pytest.raises(ValueError, match="a fit by 'em' has none"):
+        inference.fit("gmm", {"x": gmm_data}, "em", K=3, num_steps=2).elbo(gmm_data)
+
+
 def test_save_load_arviz_and_predictive(tmp_path, gmm_data):
     import arviz as az
 

@@ -497,6 +497,12 @@ def dynamic_binarize(images: np.ndarray, rng: np.random.Generator) -> np.ndarray
     images = np.asarray(images)
     if images.size and (images.min() < 0 or images.max() > 255):
         raise ValueError("images must have values in [0, 255]")
+    if images.dtype.kind == "f" and images.size and 0 < images.max() <= 1:
+        raise ValueError(
+            "images must be grey levels in [0, 255]; these look like [0, 1] (largest value "
+            f"{images.max()}): multiply them by 255. (fit(..., dynamic_binarization=True) takes "
+            "[0, 1].)"
+        )
     probs = images.astype(np.float64) / 255.0
     return (rng.random(images.shape) < probs).astype(np.uint8)
 

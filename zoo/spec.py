@@ -160,6 +160,10 @@ class ModelSpec:
                     f"data[{key!r}] must have {contract.ndim} dimensions ({contract.doc}); "
                     f"got shape {value.shape}."
                 )
+            if 0 in value.shape:
+                raise ValueError(
+                    f"data[{key!r}] is empty ({contract.doc}); got shape {value.shape}."
+                )
             if value.dtype.kind not in contract.kind:
                 raise ValueError(
                     f"data[{key!r}] must have a dtype of kind {contract.kind!r} "

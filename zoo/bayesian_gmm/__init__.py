@@ -107,22 +107,26 @@ def prepare(
         "mean_precision_prior", 1.0 if mean_precision_prior is None else mean_precision_prior
     )
     nu0 = float(d if degrees_of_freedom_prior is None else degrees_of_freedom_prior)
-    if not nu0 > d - 1:
+    if not (nu0 > d - 1 and np.isfinite(nu0)):
         raise ValueError(
-            f"degrees_of_freedom_prior must be greater than D - 1 = {d - 1}; got {nu0}."
+            f"degrees_of_freedom_prior must be finite and greater than D - 1 = {d - 1}; got {nu0}."
         )
     m0 = x.mean(axis=0) if mean_prior is None else np.asarray(mean_prior, dtype=float)
     if m0.shape != (d,):
         raise ValueError(f"mean_prior must have shape ({d},); got {m0.shape}.")
+    if not np.isfinite(m0).all():
+        raise ValueError(f"mean_prior must be finite; got {m0}.")
     cov0 = np.atleast_2d(np.cov(x.T)) if covariance_prior is None else np.asarray(covariance_prior)
     if cov0.shape != (d, d):
         raise ValueError(f"covariance_prior must have shape ({d}, {d}); got {cov0.shape}.")
+    if not np.isfinite(cov0).all():
+        raise ValueError("covariance_prior must be finite; it holds NaN or inf.")
     if not np.allclose(cov0, cov0.T) or np.linalg.eigvalsh(cov0).min() <= 0:
         raise ValueError(
             "covariance_prior must be symmetric positive definite; with N <= D or constant "
             "columns the default (the data covariance) is singular: pass one explicitly."
         )
-    if reg_covar < 0:
+    if not 0 <= reg_covar < np.inf:
         raise ValueError(f"reg_covar must be a float in the range [0, inf); got {reg_covar}.")
     return BayesianGMMConfig(
         K=K,

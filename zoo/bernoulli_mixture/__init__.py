@@ -111,7 +111,9 @@ def as_binary(x, name: str = "data['x']") -> np.ndarray:
             shown = ", ".join(f"{x[tuple(i)]!r} at {tuple(int(j) for j in i)}" for i in idx[:3])
             raise ValueError(
                 f"{name} must be binary (every entry 0 or 1); got {len(idx)} entries that are "
-                f"not, e.g. {shown}. Binarize the data first (e.g. zoo.datasets.dynamic_binarize)."
+                f"not, e.g. {shown}. Binarize the data first (zoo.datasets.dynamic_binarize "
+                "takes grey levels in [0, 255]; fit(..., dynamic_binarization=True) takes them "
+                "in [0, 1])."
             )
     return x if x.dtype.kind == "f" else x.astype(np.float64)
 

@@ -32,7 +32,7 @@ def prepare(data, K: int = 10, reg_covar: float = 1e-6) -> GMMConfig:
     """``reg_covar`` is added to each covariance's diagonal in the M-step, as in scikit-learn."""
     n, d = data["x"].shape
     K = check_components(K, n)
-    if not reg_covar >= 0:
+    if not 0 <= reg_covar < np.inf:
         raise ValueError(f"reg_covar must be a float in the range [0, inf); got {reg_covar}.")
     return GMMConfig(K=K, dim=d, reg_covar=float(reg_covar))
 

@@ -54,7 +54,8 @@ def check_binary(x: np.ndarray, key: str = "x") -> None:
         raise ValueError(
             f"data[{key!r}] must hold binary pixels (0 or 1) for a Bernoulli likelihood; "
             f"{bad.sum()} value(s) in {len(rows)} row(s) are not, e.g. {x[bad][:3].tolist()}. "
-            "Binarize grey images first (zoo.datasets.dynamic_binarize)."
+            "Binarize grey images first (zoo.datasets.dynamic_binarize, which takes grey levels in "
+            "[0, 255]), or fit grey levels in [0, 1] with dynamic_binarization=True."
         )
 
 
