@@ -223,11 +223,15 @@ def fit(
     if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1:
         raise ValueError(f"num_steps must be an int in the range [1, inf); got {num_steps!r}.")
     tol = DEFAULT_TOL[algorithm] if tol is None else tol
-    if tol is not None and not tol >= 0:
-        raise ValueError(f"tol must be a float in the range [0, inf); got {tol}.")
-    if int(checkpoint_every) < 1:
+    if tol is not None and not (isinstance(tol, int | float | np.number) and tol >= 0):
+        raise ValueError(f"tol must be a float in the range [0, inf); got {tol!r}.")
+    if (
+        isinstance(checkpoint_every, bool)
+        or not isinstance(checkpoint_every, int | np.integer)
+        or checkpoint_every < 1
+    ):
         raise ValueError(
-            f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every}."
+            f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every!r}."
         )
     _check_algorithm_options(
         algorithm,

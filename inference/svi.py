@@ -5,7 +5,9 @@ The guide name picks how discrete latents are handled: a guide the twin lists in
 a relaxed one-hot ``z`` whose temperature is annealed geometrically from ``temperature[0]`` to
 ``temperature[1]`` over ``num_steps``. A twin may instead define
 ``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then passes that value as
-``temperature`` at each step (the Bayesian attention classifier reads it as its KL weight).
+``temperature`` at each step (the Bayesian attention classifier reads it as its KL weight); a
+twin whose schedule does not depend on ``num_steps`` says so with ``SCHEDULE_SPANS_STEPS = False``,
+and its fits may then be extended on resume.
 
 Mixture guides start from the same responsibilities as CAVI and EM (one closed-form M-step), so
 runs compare fairly; other models start from their own seeded initialisation, or from ``init``, a
@@ -48,7 +50,8 @@ class SVIState:
     problem: Problem
     engine: Any  # the backend's SVIEngine
     guide: str
-    schedule: Any  # step -> temperature, spread over num_steps; None: no temperature
+    schedule: Any  # step -> temperature; None: no temperature
+    schedule_spans_steps: bool = False  # the schedule is spread over num_steps
     batches: EpochBatches | None = None
     grey: np.ndarray | None = None  # with dynamic binarization: the grey levels of data["x"]
     data_epoch: int = 0  # the epoch whose binarization the engine holds
@@ -61,7 +64,7 @@ class SVIState:
         """Whether nothing in the run depends on ``num_steps`` (no temperature spread over it, no
         stream sized by it), so a resumed run may go on for more steps than it first asked for
         and match an uninterrupted run of the new length."""
-        return self.schedule is None and self.source is None
+        return not self.schedule_spans_steps and self.source is None
 
 
 def geometric_schedule(start: float, end: float, num_steps: int):
@@ -115,10 +118,17 @@ class SVIAlgorithm:
         twin = spec.twin(problem.backend.NAME)
         start_values = self._start_values(problem, init)
         data, config = problem.backend_data(), problem.backend_config()
+        spans_steps = True
         if guide == "gumbel":
+            if isinstance(temperature, str) or len(np.atleast_1d(temperature)) != 2:
+                raise ValueError(
+                    f"temperature must be a pair (start, end) of positive floats, annealed "
+                    f"geometrically over num_steps; got {temperature!r}."
+                )
             schedule = geometric_schedule(*temperature, num_steps)
         elif hasattr(twin, "temperature_schedule"):  # e.g. a KL-weight warm-up the model reads
             schedule = twin.temperature_schedule(problem.config, num_steps)
+            spans_steps = getattr(twin, "SCHEDULE_SPANS_STEPS", True)
         else:
             schedule = None
         batches = shard = None
@@ -177,6 +187,7 @@ class SVIAlgorithm:
             engine=engine,
             guide=guide,
             schedule=schedule,
+            schedule_spans_steps=schedule is not None and spans_steps,
             batches=batches,
             grey=grey,
             source=source,

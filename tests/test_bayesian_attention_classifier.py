@@ -377,6 +377,18 @@ def test_softmax_attention_is_deterministic_and_save_load(tmp_path, data):
     np.testing.assert_array_equal(predict_proba(loaded, x), mc)
 
 
+def test_a_resumed_fit_may_be_extended(tmp_path, data):
+    """The KL warm-up is fixed in steps, not spread over the fit: more steps on resume give
+    the fit an uninterrupted run of the new length gives."""
+    fit = dict(batch_size=30, seed=0, progress=False, attention="weibull", kl_anneal_steps=3)
+    fit.update(SMALL, checkpoint=tmp_path / "bam.zoo", checkpoint_every=2)
+    inference.fit("bam_classifier", data, "svi", "numpyro", num_steps=2, **fit)
+    more = inference.fit("bam_classifier", data, "svi", "numpyro", num_steps=5, resume=True, **fit)
+    fit.pop("checkpoint")
+    whole = inference.fit("bam_classifier", data, "svi", "numpyro", num_steps=5, **fit)
+    np.testing.assert_array_equal(more.history["objective"], whole.history["objective"])
+
+
 def test_saved_mask_round_trips(tmp_path, pyro_fit):
     path = tmp_path / "bam.zoo"
     pyro_fit.save(path)

@@ -312,6 +312,9 @@ def test_one_component_on_numpyro_enumeration_is_a_clear_error(gmm_data):
         ("gmm", "svi", {"init": {"means": np.zeros((4, 2))}}, r"must have shape \(3, 2\)"),
         ("gmm", "svi", {"init": {"meanz": np.zeros((3, 2))}}, r"init names \['meanz'\]"),
         ("gmm", "svi", {"init": {"means": np.full((3, 2), np.nan)}}, "must hold finite"),
+        ("gmm", "em", {"tol": "a"}, "tol must be a float"),
+        ("gmm", "em", {"checkpoint_every": "x"}, "checkpoint_every must be an int"),
+        ("bayesian_gmm", "svi", {"guide": "gumbel", "temperature": (1.0,)}, "must be a pair"),
     ],
 )
 def test_bad_options_priors_and_inits_are_clear_errors(gmm_data, name, algorithm, options, message):
@@ -319,6 +322,21 @@ def test_bad_options_priors_and_inits_are_clear_errors(gmm_data, name, algorithm
     x = options.pop("x")
     with pytest.raises((ValueError, TypeError), match=message):
         inference.fit(name, {"x": x}, algorithm, num_steps=2, progress=False, **options)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_singular_covariance_stops_em_the_same_way_on_both_backends(gmm_data, backend):
+    constant_column = np.hstack([gmm_data, np.ones((len(gmm_data), 1))])
+    with pytest.raises(inference.NonFiniteObjectiveError, match="raise reg_covar") as info:
+        inference.fit(
+            "gmm", {"x": constant_column}, "em", backend, K=3, reg_covar=0.0, progress=False
+        )
+    assert info.value.result is not None
+
+
+def test_a_list_of_rows_is_not_taken_for_a_stream(gmm_data):
+    with pytest.raises(TypeError, match="data must be a dict"):
+        inference.fit("gmm", gmm_data.tolist(), "em", K=3)
 
 
 def test_a_partial_init_starts_the_rest_from_kmeans(gmm_data):

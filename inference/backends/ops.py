@@ -54,7 +54,10 @@ class TorchOps:
         return self.torch.special.gammaln(x)
 
     def cholesky(self, a):
-        return self.torch.linalg.cholesky(a)
+        # NaN for a matrix that is not positive definite, as JAX gives, instead of an exception:
+        # the NaN guard then stops the run with the last good parameters on both backends.
+        chol, info = self.torch.linalg.cholesky_ex(a)
+        return self.torch.where((info > 0)[..., None, None], self.torch.nan, chol)
 
     def cho_inverse(self, chol):
         """Inverse of ``chol @ chol.T`` from its lower Cholesky factor (batched)."""

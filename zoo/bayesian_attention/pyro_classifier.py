@@ -58,6 +58,10 @@ __all__ = [
 ENUMERATED_GUIDES = ()
 
 
+#: The KL warm-up is fixed in steps, not spread over the fit: a resumed fit may be extended.
+SCHEDULE_SPANS_STEPS = False
+
+
 def temperature_schedule(config, num_steps):
     """``step -> value`` for SVI to pass as ``temperature``: the KL weight of the warm-up
     (:func:`zoo.bayesian_attention.classifier.kl_weight_schedule`)."""
