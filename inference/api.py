@@ -37,6 +37,8 @@ def get_backend(name: str):
 
 
 def get_algorithm(name: str):
+    if not isinstance(name, str):
+        raise TypeError(f"algorithm must be a name (str); got {type(name).__name__}.")
     if name not in ALGORITHMS:
         raise ValueError(f"Unknown algorithm {name!r}; valid algorithms are {sorted(ALGORITHMS)}.")
     return ALGORITHMS[name]

@@ -18,6 +18,8 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
       stays cheap where k-means on large N and K does not).
     """
     n = x.shape[0]
+    if x.dtype not in (np.float32, np.float64):  # scipy's k-means takes no other dtype
+        x = np.asarray(x, dtype=np.float64)
     if isinstance(init, str):
         if init not in INIT_METHODS:
             raise ValueError(
@@ -33,6 +35,11 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
 
         _, labels = kmeans2(x, K, seed=rng, minit="++")
         return np.eye(K)[labels]
+    if isinstance(init, dict):
+        raise TypeError(
+            "init for CAVI and EM is (N, K) responsibilities or one of "
+            f"{list(INIT_METHODS)}; a dict of parameters starts SVI only."
+        )
     resp = np.asarray(init, dtype=float)
     if resp.shape != (n, K):
         raise ValueError(

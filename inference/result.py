@@ -64,6 +64,7 @@ class FitResult:
 
     def sample_posterior(self, num_samples: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
         """Draws of the global latents from the fitted posterior (a point mass for EM)."""
+        num_samples = check_num_samples(num_samples)
         spec = get_model(self.model)
         if spec.sample_posterior is None:
             raise ValueError(
@@ -116,6 +117,10 @@ class FitResult:
         if get_model(self.model).sample_posterior is None:
             data = x if isinstance(x, dict) else {"x": x}
             return importance_statistics(self, data, num_samples, seed, device)[1]
+        from inference.api import get_backend
+
+        # Mixtures are scored in numpy, on the CPU; a device that is not there is still an error.
+        get_backend(self.backend).resolve_device(device)
         ll = self.pointwise_log_likelihood(x, num_samples, seed)
         return logsumexp(ll, axis=0) - np.log(ll.shape[0])
 

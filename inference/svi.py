@@ -109,7 +109,11 @@ class SVIAlgorithm:
                 f"Unknown guide {guide!r} for {spec.name!r}; valid guides are {list(spec.guides)}."
             )
         lr = learning_rate.parse(lr)
-        if int(num_particles) < 1:
+        if (
+            isinstance(num_particles, bool)
+            or not isinstance(num_particles, int | np.integer)
+            or num_particles < 1
+        ):
             raise ValueError(
                 f"num_particles must be an int in the range [1, inf); got {num_particles}."
             )

@@ -313,6 +313,11 @@ def test_one_component_on_numpyro_enumeration_is_a_clear_error(gmm_data):
         ("gmm", "svi", {"init": {"meanz": np.zeros((3, 2))}}, r"init names \['meanz'\]"),
         ("gmm", "svi", {"init": {"means": np.full((3, 2), np.nan)}}, "must hold finite"),
         ("gmm", "em", {"tol": "a"}, "tol must be a float"),
+        ("gmm", "em", {"device": "cpu:abc"}, "Unknown device 'cpu:abc'"),
+        ("gmm", "em", {"init": {"means": np.zeros((3, 2))}}, "a dict of parameters starts SVI"),
+        ("gmm", "svi", {"num_particles": 1.7}, "num_particles must be an int"),
+        ("gmm", ["em"], {}, r"algorithm must be a name \(str\)"),
+        (["gmm"], "em", {}, r"model must be a name \(str\) or a ModelSpec"),
         ("gmm", "em", {"checkpoint_every": "x"}, "checkpoint_every must be an int"),
         ("bayesian_gmm", "svi", {"guide": "gumbel", "temperature": (1.0,)}, "must be a pair"),
     ],
@@ -334,6 +339,13 @@ def test_a_singular_covariance_stops_em_the_same_way_on_both_backends(gmm_data, 
     assert info.value.result is not None
 
 
+def test_half_precision_data_start_from_kmeans(gmm_data):
+    res = inference.fit("gmm", {"x": gmm_data.astype(np.float16)}, "em", K=3, num_steps=2)
+    assert np.isfinite(res.objective)
+    with pytest.raises(ValueError, match="is not available"):
+        res.log_marginal_likelihood(gmm_data[:3], num_samples=2, device="cuda:9")
+
+
 def test_a_list_of_rows_is_not_taken_for_a_stream(gmm_data):
     with pytest.raises(TypeError, match="data must be a dict"):
         inference.fit("gmm", gmm_data.tolist(), "em", K=3)
@@ -346,8 +358,11 @@ def test_a_partial_init_starts_the_rest_from_kmeans(gmm_data):
     partial = inference.fit("gmm", {"x": gmm_data}, init={"means": means}, **fit)
     assert np.isfinite(partial.objective)
     assert not np.allclose(partial.raw_params["means"], kmeans.raw_params["means"])
+    em = inference.fit("gmm", {"x": gmm_data}, "em", K=3, num_steps=2)
     with pytest.raises(ValueError, match="a fit by 'em' has none"):
-        inference.fit("gmm", {"x": gmm_data}, "em", K=3, num_steps=2).elbo(gmm_data)
+        em.elbo(gmm_data)
+    with pytest.raises(ValueError, match="num_samples must be an int in the range"):
+        em.sample_posterior(0)
 
 
 def test_save_load_arviz_and_predictive(tmp_path, gmm_data):

@@ -87,6 +87,8 @@ def get_model(name: str | ModelSpec, *, check: bool = True) -> ModelSpec:
     """
     if isinstance(name, ModelSpec):
         return name
+    if not isinstance(name, str):
+        raise TypeError(f"model must be a name (str) or a ModelSpec; got {type(name).__name__}.")
     _load_plugins_once()
     try:
         spec = _REGISTRY[name]

@@ -32,7 +32,9 @@ def available_devices() -> list[str]:
 
 def resolve_device(device: str = "cpu"):
     """``"cpu"``, ``"cuda"``/``"gpu"`` or ``"cuda:N"``, among the devices JAX has in this process."""
-    name, _, index = str(device).partition(":")
+    name, colon, index = str(device).partition(":")
+    if colon and not index.isdigit():
+        raise ValueError(f"Unknown device {device!r}; available: {available_devices()}.")
     platform = {"cuda": "gpu", "gpu": "gpu", "cpu": "cpu"}.get(name)
     try:
         devices = jax.devices(platform) if platform else []
