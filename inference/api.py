@@ -225,7 +225,9 @@ def fit(
     if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1:
         raise ValueError(f"num_steps must be an int in the range [1, inf); got {num_steps!r}.")
     tol = DEFAULT_TOL[algorithm] if tol is None else tol
-    if tol is not None and not (isinstance(tol, int | float | np.number) and tol >= 0):
+    if tol is not None and not (
+        isinstance(tol, int | float | np.number) and not isinstance(tol, bool) and 0 <= tol < np.inf
+    ):
         raise ValueError(f"tol must be a float in the range [0, inf); got {tol!r}.")
     if (
         isinstance(checkpoint_every, bool)

@@ -57,7 +57,9 @@ def load(path) -> tuple[dict, dict[str, np.ndarray]]:
         # Checked first: np.load would read anything else as a lone array or a pickle, and its
         # message for the latter suggests allow_pickle=True.
         if not zipfile.is_zipfile(blob):
-            raise CheckpointError(f"{path!r} is not a zoo file (not a zip archive).")
+            raise CheckpointError(
+                f"{path!r} is not a zoo file, or is corrupt or truncated (no readable zip archive)."
+            )
         with np.load(blob, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in npz.files}
         header = json.loads(arrays.pop(_HEADER).tobytes().decode())

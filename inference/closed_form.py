@@ -120,4 +120,10 @@ def start_values(spec, x, resp, config, backend, device) -> dict[str, np.ndarray
     cache = module.init_cache(backend.asarray(x, device, "float64"), bconfig, ops)
     state = module.init_state(backend.asarray(resp, device, "float64"), cache, bconfig, ops)
     raw = {k: backend.to_numpy(v) for k, v in module.raw_params(state, cache, ops).items()}
+    if not all(np.isfinite(v).all() for v in raw.values()):
+        raise ValueError(
+            "The starting parameters (one closed-form M-step from the initial responsibilities) "
+            "are not finite: a component's covariance is singular. Check the data scale and "
+            "constant columns, raise reg_covar, or use float64."
+        )
     return module.guide_init(raw, resp)

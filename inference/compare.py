@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -135,7 +136,11 @@ def compare(
 
     spec = get_model(model)
     for name, values in (("algorithms", algorithms), ("backends", backends), ("seeds", seeds)):
-        if isinstance(values, str) or not len(values):
+        if (
+            isinstance(values, str)
+            or not isinstance(values, Sequence | np.ndarray)
+            or not len(values)
+        ):
             raise ValueError(f"{name} must be a non-empty list; got {values!r}.")
     for backend in backends:
         get_backend(backend)  # an unknown name is an error, not a silently empty row

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 INIT_METHODS = ("kmeans", "random", "random_from_data")
@@ -35,10 +37,10 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
 
         _, labels = kmeans2(x, K, seed=rng, minit="++")
         return np.eye(K)[labels]
-    if isinstance(init, dict):
+    if isinstance(init, Mapping):
         raise TypeError(
-            "init for CAVI and EM is (N, K) responsibilities or one of "
-            f"{list(INIT_METHODS)}; a dict of parameters starts SVI only."
+            "init for CAVI, EM and natural-gradient SVI is (N, K) responsibilities or one of "
+            f"{list(INIT_METHODS)}; a dict of parameters starts algorithm='svi' only."
         )
     resp = np.asarray(init, dtype=float)
     if resp.shape != (n, K):

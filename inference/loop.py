@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -28,8 +29,9 @@ class NonFiniteObjectiveError(FloatingPointError):
 
 @contextlib.contextmanager
 def _interrupt_after():
-    """Ctrl-C inside the block is raised when the block ends: a step changes its state in place,
-    and one interrupted half way would be checkpointed half done."""
+    """A first Ctrl-C inside the block is raised when the block (a whole step with its
+    bookkeeping) ends: a step changes its state in place, and one interrupted half way would be
+    checkpointed half done. A second Ctrl-C raises at once."""
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
@@ -37,7 +39,13 @@ def _interrupt_after():
         yield
         return
     caught = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+
+    def first_interrupt(signum, frame):
+        caught.append(signum)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.stderr.write("\nInterrupted: stopping after this step (Ctrl-C again to stop now).\n")
+
+    signal.signal(signal.SIGINT, first_interrupt)
     try:
         yield
     finally:
@@ -90,6 +98,8 @@ def restore(path, header, alg, state, validation=None):
         "options",
         "validation_setup",
     ):
+        if key == "validation_setup" and key not in saved:  # written before it was recorded
+            continue
         if saved.get(key) != header.get(key):
             raise checkpoint.CheckpointError(
                 f"Checkpoint {path!r} was written by another run; its {key} does not match "
@@ -108,7 +118,12 @@ def restore(path, header, alg, state, validation=None):
         raise checkpoint.CheckpointError(
             f"Checkpoint {path!r} does not fit this run: {err}"
         ) from err
-    return state, history, int(saved["step"]), saved.get("stopped")
+    stopped = saved.get("stopped")
+    if stopped == "converged" and not (
+        header.get("tol") is not None and header["tol"] >= saved.get("tol", math.inf)
+    ):  # asked for a tighter tolerance (or none): the run goes on
+        stopped = None
+    return state, history, int(saved["step"]), stopped
 
 
 def run(
@@ -139,7 +154,7 @@ def run(
     ``write_checkpoints=False`` (the other processes of a data-parallel group) the checkpoint is
     read on resume but never written.
     """
-    header = dict(header or {})
+    header = {**(header or {}), "tol": tol}  # read back on resume, never compared
     stochastic = header.get("algorithm") in ("svi", "svi-natural")
     history = {"step": [], "objective": [], "time": []}
     start_step = 0
@@ -163,8 +178,13 @@ def run(
     )
 
     def save_checkpoint():
-        """The last completed step, when a path is given and a step was taken."""
-        if checkpoint_path is not None and write_checkpoints and history["step"]:
+        """The last completed step, when a path is given and this call took a step."""
+        if (
+            checkpoint_path is not None
+            and write_checkpoints
+            and history["step"]
+            and history["step"][-1] > start_step
+        ):
             step_header = {**header, "step": history["step"][-1], "stopped": stopped}
             _save(checkpoint_path, step_header, alg, state, history, validation)
 
@@ -185,29 +205,33 @@ def run(
                 history["step"].append(step + 1)
                 history["objective"].append(objective)
                 history["time"].append(time.perf_counter() - t0)
-            bar.update(1)
-            if progress and (step % 25 == 0 or step + 1 == num_steps):
-                # Stochastic objectives are noisy step to step: show their running mean.
-                recent = history["objective"][-RUNNING_MEAN_STEPS:] if stochastic else [objective]
-                bar.set_postfix_str(
-                    f"objective/point={sum(recent) / len(recent) / num_data:.4f}", refresh=False
+                bar.update(1)
+                if progress and (step % 25 == 0 or step + 1 == num_steps):
+                    # Stochastic objectives are noisy step to step: show their running mean.
+                    recent = (
+                        history["objective"][-RUNNING_MEAN_STEPS:] if stochastic else [objective]
+                    )
+                    bar.set_postfix_str(
+                        f"objective/point={sum(recent) / len(recent) / num_data:.4f}", refresh=False
+                    )
+                stop = validation is not None and validation.after_step(
+                    step + 1, state, alg, history
                 )
-            stop = validation is not None and validation.after_step(step + 1, state, alg, history)
-            if stop:
-                stopped = "early_stopping"
-            elif (
-                tol is not None
-                and previous is not None
-                and abs(objective - previous) < tol * num_data
-            ):
-                stopped, converged = "converged", True
-            if callback is not None:
-                callback(step + 1, state, info)
-            if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
-                save_checkpoint()
-            if stopped:
-                break
-            previous = objective
+                if stop:
+                    stopped = "early_stopping"
+                elif (
+                    tol is not None
+                    and previous is not None
+                    and abs(objective - previous) < tol * num_data
+                ):
+                    stopped, converged = "converged", True
+                if callback is not None:
+                    callback(step + 1, state, info)
+                if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
+                    save_checkpoint()
+                if stopped:
+                    break
+                previous = objective
     except (KeyboardInterrupt, DataError, OSError, RuntimeError):
         # An interrupt, a bad minibatch or a stream that ended, a lost worker: the last completed
         # step is saved, and resume=True continues from it.

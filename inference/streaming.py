@@ -53,8 +53,8 @@ def is_out_of_core(data) -> bool:
     """Whether ``data`` is a stream or holds memory-mapped arrays (not read whole into memory)."""
     if isinstance(data, Mapping):
         return any(isinstance(v, np.memmap) for v in data.values())
-    if isinstance(data, list | tuple):  # a list of minibatches, not of numbers or rows
-        return bool(data) and isinstance(data[0], Mapping)
+    if isinstance(data, list | tuple):  # a list of minibatches (dicts or arrays), not of rows
+        return bool(data) and isinstance(data[0], Mapping | np.ndarray)
     return isinstance(data, Iterable) and not isinstance(data, str | bytes | np.ndarray)
 
 

@@ -51,7 +51,7 @@ class SVIState:
     engine: Any  # the backend's SVIEngine
     guide: str
     schedule: Any  # step -> temperature; None: no temperature
-    schedule_spans_steps: bool = False  # the schedule is spread over num_steps
+    schedule_spans_steps: bool = True  # the schedule (if any) is spread over num_steps
     batches: EpochBatches | None = None
     grey: np.ndarray | None = None  # with dynamic binarization: the grey levels of data["x"]
     data_epoch: int = 0  # the epoch whose binarization the engine holds
@@ -65,6 +65,17 @@ class SVIState:
         stream sized by it), so a resumed run may go on for more steps than it first asked for
         and match an uninterrupted run of the new length."""
         return not self.schedule_spans_steps and self.source is None
+
+
+def _check_enumerable(backend: str, config, guide: str) -> None:
+    """NumPyro's enumeration allocates no dimension to a site with a single value and then
+    fails looking it up (a KeyError or a funsor shape error): a clear error instead."""
+    if backend == "numpyro" and getattr(config, "K", None) == 1:
+        raise ValueError(
+            f"K=1 with the enumerated guide {guide!r} does not run on NumPyro, whose "
+            "enumeration cannot sum over a single component. Fit a one-component model "
+            "with backend='pyro', or with algorithm 'cavi' or 'em'."
+        )
 
 
 def geometric_schedule(start: float, end: float, num_steps: int):
@@ -163,14 +174,8 @@ class SVIAlgorithm:
             if batches is None and source is None:  # full batch: each process keeps its share
                 data = {k: v[self._share(problem.num_data, shard)] for k, v in data.items()}
         enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
-        if enumerated and problem.backend.NAME == "numpyro" and getattr(config, "K", None) == 1:
-            # NumPyro's enumeration allocates no dimension to a site with one value and then
-            # fails looking it up (KeyError or a funsor shape error), a crash for valid input.
-            raise ValueError(
-                f"K=1 with the enumerated guide {guide!r} does not run on NumPyro, whose "
-                "enumeration cannot sum over a single component. Fit a one-component model "
-                "with backend='pyro', or with algorithm 'cavi' or 'em'."
-            )
+        if enumerated:
+            _check_enumerable(problem.backend.NAME, config, guide)
         engine = problem.backend.SVIEngine(
             model,
             guide_fn,
@@ -323,6 +328,7 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
     )
     twin = spec.twin(back.NAME)
     config = problem.backend_config()
+    _check_enumerable(back.NAME, config, "enum")
     params = dict(result.raw_params)
 
     engine = back.SVIEngine(

@@ -119,6 +119,10 @@ def test_atomic_write_gives_the_umask_permissions(tmp_path):
         os.umask(old)
     assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+    (tmp_path / "f.bin").chmod(0o600)  # a file written anew keeps the mode it had
+    atomic_write(tmp_path / "f.bin", lambda f: f.write(b"y"))
+    assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "f.bin").read_bytes() == b"y"
 
 
 @needs_data

@@ -228,6 +228,55 @@ def test_an_interrupt_inside_a_step_waits_for_the_step(tmp_path, gmm_data, monke
         np.testing.assert_array_equal(resumed.raw_params[k], v)
 
 
+def _ctrl_c_in_step(monkeypatch, alg, at_call: int, times: int = 1):
+    """Patch ``alg.step`` to send itself ``times`` Ctrl-Cs after its ``at_call``-th update;
+    returns the list of calls that ran to their end."""
+    import os
+    import signal
+
+    step, finished = alg.step, []
+
+    def step_with_ctrl_c(state):
+        out = step(state)
+        if len(finished) + 1 == at_call:
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
+        finished.append(1)
+        return out
+
+    monkeypatch.setattr(alg, "step", step_with_ctrl_c)
+    return finished
+
+
+def test_an_interrupt_on_the_converging_step_keeps_its_bookkeeping(tmp_path, gmm_data, monkeypatch):
+    from inference.cavi import ALGORITHM
+
+    kwargs = dict(algorithm="cavi", backend="numpyro", K=3, num_steps=50, tol=1e-3, progress=False)
+    full = inference.fit("bayesian_gmm", {"x": gmm_data}, **kwargs)
+    assert full.converged
+    path = tmp_path / "run.zoo"
+    with monkeypatch.context() as patch:
+        _ctrl_c_in_step(patch, ALGORITHM, at_call=full.num_steps)
+        with pytest.raises(KeyboardInterrupt):
+            inference.fit("bayesian_gmm", {"x": gmm_data}, checkpoint=path, **kwargs)
+    resumed = inference.fit("bayesian_gmm", {"x": gmm_data}, checkpoint=path, resume=True, **kwargs)
+    assert resumed.converged and resumed.num_steps == full.num_steps
+    # A tighter tolerance on resume goes on from where the run stopped.
+    tighter = inference.fit(
+        "bayesian_gmm", {"x": gmm_data}, checkpoint=path, resume=True, **{**kwargs, "tol": 1e-9}
+    )
+    assert tighter.num_steps > full.num_steps
+
+
+def test_a_second_interrupt_stops_the_step_at_once(gmm_data, monkeypatch):
+    from inference.cavi import ALGORITHM
+
+    finished = _ctrl_c_in_step(monkeypatch, ALGORITHM, at_call=2, times=2)
+    with pytest.raises(KeyboardInterrupt):
+        inference.fit("bayesian_gmm", {"x": gmm_data}, "cavi", K=3, num_steps=5, tol=0.0)
+    assert len(finished) == 1  # the second call raised before it ended
+
+
 @pytest.mark.parametrize("name,algorithm", [("gmm", "em"), ("bayesian_gmm", "cavi")])
 def test_new_data_of_another_width_are_refused(gmm_data, name, algorithm):
     res = inference.fit(name, {"x": gmm_data}, algorithm, "numpyro", K=3, num_steps=3)
@@ -314,7 +363,12 @@ def test_one_component_on_numpyro_enumeration_is_a_clear_error(gmm_data):
         ("gmm", "svi", {"init": {"means": np.full((3, 2), np.nan)}}, "must hold finite"),
         ("gmm", "em", {"tol": "a"}, "tol must be a float"),
         ("gmm", "em", {"device": "cpu:abc"}, "Unknown device 'cpu:abc'"),
-        ("gmm", "em", {"init": {"means": np.zeros((3, 2))}}, "a dict of parameters starts SVI"),
+        (
+            "gmm",
+            "em",
+            {"init": {"means": np.zeros((3, 2))}},
+            "a dict of parameters starts algorithm='svi'",
+        ),
         ("gmm", "svi", {"num_particles": 1.7}, "num_particles must be an int"),
         ("gmm", ["em"], {}, r"algorithm must be a name \(str\)"),
         (["gmm"], "em", {}, r"model must be a name \(str\) or a ModelSpec"),
@@ -349,6 +403,26 @@ def test_half_precision_data_start_from_kmeans(gmm_data):
 def test_a_list_of_rows_is_not_taken_for_a_stream(gmm_data):
     with pytest.raises(TypeError, match="data must be a dict"):
         inference.fit("gmm", gmm_data.tolist(), "em", K=3)
+    batches = [gmm_data[i : i + 50] for i in range(0, 300, 50)]  # a list of minibatches is
+    res = inference.fit(
+        "bayesian_gmm", batches, "svi-natural", K=3, num_data=300, num_steps=6, progress=False
+    )
+    assert res.num_steps == 6
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_singular_start_for_svi_is_a_clear_error(gmm_data, backend):
+    constant_column = np.hstack([gmm_data, np.ones((len(gmm_data), 1))])
+    with pytest.raises(ValueError, match="starting parameters .* are not finite"):
+        inference.fit("gmm", {"x": constant_column}, "svi", backend, K=3, reg_covar=0.0)
+
+
+def test_compare_of_one_component_on_numpyro_enumeration_is_a_clear_error(gmm_data):
+    with pytest.raises(ValueError, match="K=1 with the enumerated guide"):
+        inference.compare(
+            "bayesian_gmm", {"x": gmm_data}, ["svi"], ["numpyro"], guides=["gumbel"], K=1,
+            num_steps=2,
+        )  # fmt: skip
 
 
 def test_a_partial_init_starts_the_rest_from_kmeans(gmm_data):

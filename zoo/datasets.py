@@ -150,6 +150,11 @@ def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _sha256_array(arr: np.ndarray) -> str:
+    """The SHA-256 of an array's bytes, hashed in place (no copy of a contiguous array)."""
+    return hashlib.sha256(np.ascontiguousarray(arr).data).hexdigest()
+
+
 def _read_verified(path: Path, rel: str) -> bytes:
     """Read ``path`` and check it against the pinned sum of ``rel``; raise DatasetError."""
     data = path.read_bytes()
@@ -321,7 +326,7 @@ def _cache_load(
         return None
     if arr.shape != shape or arr.dtype != dtype:
         return None
-    if recorded.get("sha256") != _sha256_bytes(np.ascontiguousarray(arr).tobytes()):
+    if recorded.get("sha256") != _sha256_array(arr):
         return None
     return arr
 
@@ -334,7 +339,7 @@ def _cache_save(cache_dir: Path, name: str, arr: np.ndarray, sources: dict) -> N
             "sources": sources,
             "shape": list(arr.shape),
             "dtype": str(arr.dtype),
-            "sha256": _sha256_bytes(np.ascontiguousarray(arr).tobytes()),
+            "sha256": _sha256_array(arr),
         }
         atomic_write(cache_dir / f"{name}.json", lambda f: f.write(json.dumps(meta).encode()))
     except OSError as exc:

@@ -3,42 +3,56 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
+import shutil
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _create_temporary(directory: str, name: str) -> tuple[int, str]:
+    """A new file next to the destination, opened for writing. Created with mode 0o666, which
+    the kernel narrows by the umask as for ``open(path, "wb")`` (``tempfile.mkstemp`` would make
+    it private to its owner, and reading the umask means setting it, a race with other
+    threads)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = os.path.join(directory, f".tmp-{name}.{secrets.token_hex(6)}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def atomic_write(path, write, *, durable: bool = False) -> None:
     """Write a file by ``write(binary_file)`` next to ``path`` and rename it over ``path``.
 
     An interrupted or failed write leaves the previous file intact and no temporary file behind.
-    The file gets the permissions a plain ``open(path, "wb")`` would give (``mkstemp`` makes it
-    private to its owner). With ``durable=True`` the data and the rename are flushed to disk, so
-    a power loss right after cannot leave a checkpoint half written or the old one in place.
+    The file gets the permissions ``open(path, "wb")`` would give: those of the file it replaces,
+    else the umask's. With ``durable=True`` the data and (where the file system allows) the
+    rename are flushed to disk, so a power loss right after cannot leave a checkpoint half
+    written.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path) + ".")
+    fd, tmp = _create_temporary(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        if os.path.exists(path):
+            shutil.copymode(path, tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    if durable and hasattr(os, "O_DIRECTORY"):  # POSIX: make the rename itself durable
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    if durable and hasattr(os, "O_DIRECTORY"):
+        try:  # POSIX: make the rename itself durable
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError:  # some file systems cannot fsync a directory; the file itself is written
+            pass
