@@ -75,8 +75,8 @@ def _fingerprint(data) -> str:
     return digest.hexdigest()[:16]
 
 
-#: Options read by some algorithms only, with the defaults fit() gives them: set to anything
-#: else for another algorithm, they are an error rather than silently ignored.
+#: Options read by some algorithms only, and their defaults. fit() takes them as None when not
+#: given, so that one given to an algorithm that would ignore it is an error.
 ALGORITHM_OPTIONS = {
     "lr": (("svi",), 0.05),
     "num_particles": (("svi",), 1),
@@ -86,23 +86,19 @@ ALGORITHM_OPTIONS = {
 }
 
 
-def _is_default(value, default) -> bool:
-    if isinstance(value, list | tuple) and isinstance(default, tuple):
-        return tuple(value) == default
-    try:
-        return bool(value == default)
-    except (TypeError, ValueError):  # an array, say
-        return False
-
-
-def _check_algorithm_options(algorithm: str, given: dict) -> None:
+def _algorithm_options(algorithm: str, given: dict) -> dict:
+    """``given`` (None where not given) with the defaults filled in; an option given to an
+    algorithm that does not read it is an error."""
+    out = {}
     for name, value in given.items():
         takers, default = ALGORITHM_OPTIONS[name]
-        if algorithm not in takers and not _is_default(value, default):
+        if value is not None and algorithm not in takers:
             raise ValueError(
                 f"{name}= is an option of algorithm {' and '.join(map(repr, takers))}; "
                 f"algorithm {algorithm!r} does not take it (got {name}={value!r})."
             )
+        out[name] = default if value is None else value
+    return out
 
 
 def fit(
@@ -123,17 +119,17 @@ def fit(
     checkpoint_every: int = 100,
     resume: bool = False,
     callback=None,
-    lr=0.05,
-    num_particles: int = 1,
-    temperature=(1.0, 0.1),
+    lr=None,
+    num_particles: int | None = None,
+    temperature=None,
     batch_size: int | None = None,
-    elbo: str = "trace",
+    elbo: str | None = None,
     dynamic_binarization: bool = False,
     validation_data=None,
     validate_every: int | None = None,
     patience: int | None = None,
     num_data: int | None = None,
-    step_size=(1.0, 0.7),
+    step_size=None,
     data_parallel: bool = False,
     jit: bool = False,
     **model_options,
@@ -168,9 +164,10 @@ def fit(
     dtype : {"float32", "float64"}, optional
         Default: the model's preference (``spec.dtype``), else float64.
     lr, num_particles, temperature, batch_size, elbo :
-        SVI options: Adam's learning rate, Monte-Carlo samples per step, the Gumbel-softmax
-        temperature schedule ``(start, end)``, the minibatch size (default: full batch) and the
-        objective (``"trace"``, ``"meanfield"``, ``"iwae"``; see ``inference.svi.ELBOS``).
+        SVI options: Adam's learning rate (default 0.05), Monte-Carlo samples per step (1), the
+        Gumbel-softmax temperature schedule ``(start, end)`` (``(1.0, 0.1)``), the minibatch
+        size (default: full batch) and the objective (``"trace"``, the default, ``"meanfield"``,
+        ``"iwae"``; see ``inference.svi.ELBOS``). Given to another algorithm, an error.
         ``lr`` may also be piecewise-constant stages ``[(num_steps, lr), ...]``, the last rate
         held after its stage (``inference.learning_rate``).
     dynamic_binarization : bool
@@ -237,7 +234,7 @@ def fit(
         raise ValueError(
             f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every!r}."
         )
-    _check_algorithm_options(
+    lr, num_particles, temperature, elbo, step_size = _algorithm_options(
         algorithm,
         dict(
             lr=lr,
@@ -246,7 +243,7 @@ def fit(
             elbo=elbo,
             step_size=step_size,
         ),
-    )
+    ).values()
     if (validate_every is not None or patience is not None) and validation_data is None:
         raise ValueError("validate_every= and patience= need validation_data= to validate on.")
     if resume and checkpoint is None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from inference.api import ALGORITHM_OPTIONS
 from zoo import get_model
 
 TARGET_GAP = 0.01  # nats per point: "reached the optimum" means within this of the best run
@@ -256,16 +257,12 @@ EM_TWINS = {"bayesian_gmm": "gmm"}
 
 #: fit() options compare passes on, and the algorithms each applies to (None: every run).
 FIT_OPTIONS = {
-    "lr": ("svi",),
-    "num_particles": ("svi",),
-    "temperature": ("svi",),
+    **{name: takers for name, (takers, _) in ALGORITHM_OPTIONS.items()},
     "init": None,
     "tol": None,
     "dtype": None,
     "device": None,
     "batch_size": ("svi", "svi-natural"),
-    "elbo": ("svi",),
-    "step_size": ("svi-natural",),
 }
 
 

@@ -325,6 +325,7 @@ def test_compare_refuses_what_it_would_ignore(gmm_data, bad, message):
     "algorithm,option",
     [
         ("cavi", {"lr": 0.1}),
+        ("cavi", {"lr": 0.05}),  # SVI's default, given: still not CAVI's option
         ("cavi", {"num_particles": 5}),
         ("em", {"temperature": (2.0, 0.1)}),
         ("cavi", {"elbo": "iwae"}),
