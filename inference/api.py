@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -99,6 +100,21 @@ def _algorithm_options(algorithm: str, given: dict) -> dict:
             )
         out[name] = default if value is None else value
     return out
+
+
+def _check_guide_options(spec, backend: str, guide: str, given: set, elbo: str) -> None:
+    """SVI options that the chosen guide would ignore are errors too."""
+    if "temperature" in given and guide != "gumbel":
+        raise ValueError(
+            f"temperature= anneals the Gumbel-softmax guide ('gumbel'); guide {guide!r} does not "
+            "use it."
+        )
+    if "elbo" in given and elbo != "trace":
+        if guide in getattr(spec.twin(backend), "ENUMERATED_GUIDES", ()):
+            raise ValueError(
+                f"elbo={elbo!r} does not apply to guide {guide!r}, which sums the discrete "
+                "latents out exactly (TraceEnum_ELBO)."
+            )
 
 
 def fit(
@@ -234,15 +250,12 @@ def fit(
         raise ValueError(
             f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every!r}."
         )
+    requested = dict(
+        lr=lr, num_particles=num_particles, temperature=temperature, elbo=elbo, step_size=step_size
+    )
+    given = {name for name, value in requested.items() if value is not None}
     lr, num_particles, temperature, elbo, step_size = _algorithm_options(
-        algorithm,
-        dict(
-            lr=lr,
-            num_particles=num_particles,
-            temperature=temperature,
-            elbo=elbo,
-            step_size=step_size,
-        ),
+        algorithm, requested
     ).values()
     if (validate_every is not None or patience is not None) and validation_data is None:
         raise ValueError("validate_every= and patience= need validation_data= to validate on.")
@@ -314,6 +327,7 @@ def fit(
         )
     elif algorithm == "svi":
         guide = guide or spec.guides[0]
+        _check_guide_options(spec, back.NAME, guide, given, elbo)
         svi_options = dict(
             lr=learning_rate.record(lr),
             num_particles=num_particles,
@@ -420,6 +434,12 @@ def fit(
         if validate_every is None:
             validate_every = problem.num_data // batch_size if batch_size else 100
         validation = Validation(validation_elbo, validate_every, patience)
+        if validation.every > num_steps:
+            warnings.warn(
+                f"validate_every={validation.every} exceeds num_steps={num_steps}: the "
+                "validation data will never be scored.",
+                stacklevel=2,
+            )
         header["validation_setup"] = {
             "data_fingerprint": _fingerprint(held_out),
             "every": validation.every,

@@ -166,7 +166,7 @@ def compare(
             for guide in run_guides:
                 for seed in seeds:
                     steps = num_steps.get(algorithm) if isinstance(num_steps, dict) else num_steps
-                    opts = _options_for(target, algorithm, options)
+                    opts = _options_for(target, algorithm, guide, backend, options)
                     res = fit(
                         target,
                         data,
@@ -281,14 +281,20 @@ def _check_options(specs, options) -> None:
         )
 
 
-def _options_for(spec, algorithm, options):
+def _options_for(spec, algorithm, guide, backend, options):
     """The options of one run: the model options its ``prepare`` takes (EM's twin has no
-    priors) and the fit() options of its algorithm."""
+    priors) and the fit() options of its algorithm and guide (a temperature for the Gumbel
+    guide only; an objective for the guides that do not enumerate)."""
     import inspect
 
     allowed = set(inspect.signature(spec.prepare).parameters)
-    return {
+    out = {
         k: v
         for k, v in options.items()
         if k in allowed or (k in FIT_OPTIONS and algorithm in (FIT_OPTIONS[k] or (algorithm,)))
     }
+    if guide != "gumbel":
+        out.pop("temperature", None)
+    if guide in getattr(spec.twin(backend), "ENUMERATED_GUIDES", ()):
+        out.pop("elbo", None)
+    return out

@@ -291,6 +291,26 @@ def test_new_data_of_another_width_are_refused(gmm_data, name, algorithm):
         )
 
 
+def test_validation_that_would_never_run_warns(gmm_data):
+    with pytest.warns(UserWarning, match="will never be scored"):
+        inference.fit(
+            "gmm", {"x": gmm_data}, "svi", K=3, num_steps=2, validation_data={"x": gmm_data},
+            validate_every=5, progress=False,
+        )  # fmt: skip
+
+
+def test_compare_gives_guide_options_to_the_guides_that_read_them(gmm_data):
+    table = inference.compare(
+        "bayesian_gmm", {"x": gmm_data}, ["svi"], ["numpyro"], K=3, num_steps=2,
+        temperature=(2.0, 0.5), elbo="meanfield",
+    )  # fmt: skip
+    rows = {r["guide"]: r for r in table.rows}
+    assert set(rows) == {"enum", "gumbel"}
+    options = {res.guide: res.options for res in table.results}
+    assert options["gumbel"]["temperature"] == [2.0, 0.5]
+    assert options["gumbel"]["elbo"] == "meanfield" and options["enum"]["elbo"] == "trace"
+
+
 def test_validation_data_a_model_cannot_score_are_refused_before_training(gmm_data):
     with pytest.raises(ValueError, match="validation_data cannot be scored"):
         inference.fit(
@@ -375,6 +395,8 @@ def test_one_component_on_numpyro_enumeration_is_a_clear_error(gmm_data):
         (["gmm"], "em", {}, r"model must be a name \(str\) or a ModelSpec"),
         ("gmm", "em", {"checkpoint_every": "x"}, "checkpoint_every must be an int"),
         ("bayesian_gmm", "svi", {"guide": "gumbel", "temperature": (1.0,)}, "must be a pair"),
+        ("bayesian_gmm", "svi", {"guide": "enum", "temperature": (2.0, 0.1)}, "does not use it"),
+        ("bayesian_gmm", "svi", {"guide": "enum", "elbo": "iwae"}, "sums the discrete latents"),
     ],
 )
 def test_bad_options_priors_and_inits_are_clear_errors(gmm_data, name, algorithm, options, message):
