@@ -102,19 +102,29 @@ def _algorithm_options(algorithm: str, given: dict) -> dict:
     return out
 
 
+def guide_ignores(spec, backend: str, guide: str | None, option: str) -> bool:
+    """Whether SVI with ``guide`` ignores the fit() option ``option``: the temperature anneals
+    the Gumbel-softmax guide only, and an enumerated guide has its own objective
+    (TraceEnum_ELBO). fit() refuses such an option; compare() does not pass it."""
+    if option == "temperature":
+        return guide != "gumbel"
+    if option == "elbo":
+        return guide in getattr(spec.twin(backend), "ENUMERATED_GUIDES", ())
+    return False
+
+
 def _check_guide_options(spec, backend: str, guide: str, given: set, elbo: str) -> None:
     """SVI options that the chosen guide would ignore are errors too."""
-    if "temperature" in given and guide != "gumbel":
+    if "temperature" in given and guide_ignores(spec, backend, guide, "temperature"):
         raise ValueError(
             f"temperature= anneals the Gumbel-softmax guide ('gumbel'); guide {guide!r} does not "
             "use it."
         )
-    if "elbo" in given and elbo != "trace":
-        if guide in getattr(spec.twin(backend), "ENUMERATED_GUIDES", ()):
-            raise ValueError(
-                f"elbo={elbo!r} does not apply to guide {guide!r}, which sums the discrete "
-                "latents out exactly (TraceEnum_ELBO)."
-            )
+    if "elbo" in given and elbo != "trace" and guide_ignores(spec, backend, guide, "elbo"):
+        raise ValueError(
+            f"elbo={elbo!r} does not apply to guide {guide!r}, which sums the discrete "
+            "latents out exactly (TraceEnum_ELBO)."
+        )
 
 
 def fit(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inference.api import ALGORITHM_OPTIONS
+from inference.api import ALGORITHM_OPTIONS, guide_ignores
 from zoo import get_model
 
 TARGET_GAP = 0.01  # nats per point: "reached the optimum" means within this of the best run
@@ -288,13 +288,13 @@ def _options_for(spec, algorithm, guide, backend, options):
     import inspect
 
     allowed = set(inspect.signature(spec.prepare).parameters)
-    out = {
+    return {
         k: v
         for k, v in options.items()
-        if k in allowed or (k in FIT_OPTIONS and algorithm in (FIT_OPTIONS[k] or (algorithm,)))
+        if k in allowed
+        or (
+            k in FIT_OPTIONS
+            and algorithm in (FIT_OPTIONS[k] or (algorithm,))
+            and not guide_ignores(spec, backend, guide, k)
+        )
     }
-    if guide != "gumbel":
-        out.pop("temperature", None)
-    if guide in getattr(spec.twin(backend), "ENUMERATED_GUIDES", ()):
-        out.pop("elbo", None)
-    return out

@@ -28,17 +28,18 @@ class NonFiniteObjectiveError(FloatingPointError):
 
 
 @contextlib.contextmanager
-def _interrupt_after():
-    """A first Ctrl-C inside the block is raised when the block (a whole step with its
-    bookkeeping) ends: a step changes its state in place, and one interrupted half way would be
-    checkpointed half done. A second Ctrl-C raises at once."""
+def _deferred_interrupt():
+    """Yields a list that a first Ctrl-C appends to instead of raising; the loop raises it once
+    the step and its bookkeeping are done (a step changes its state in place, and one
+    interrupted half way would be checkpointed half done). A second Ctrl-C raises at once.
+    Installed once around the loop, not per step."""
+    caught = []
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     ):  # not ours to change (another thread, or a handler the caller installed)
-        yield
+        yield caught
         return
-    caught = []
 
     def first_interrupt(signum, frame):
         caught.append(signum)
@@ -47,11 +48,9 @@ def _interrupt_after():
 
     signal.signal(signal.SIGINT, first_interrupt)
     try:
-        yield
+        yield caught
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if caught:
-        raise KeyboardInterrupt
 
 
 def _advice(stochastic: bool) -> str:
@@ -190,8 +189,8 @@ def run(
 
     try:
         # A run that converged or stopped early is finished: resuming it returns it as it was.
-        for step in range(start_step, start_step if stopped else num_steps):
-            with _interrupt_after():
+        with _deferred_interrupt() as interrupted:
+            for step in range(start_step, start_step if stopped else num_steps):
                 new_state, info = alg.step(state)
                 objective = info.objective
                 if not math.isfinite(objective):
@@ -229,6 +228,8 @@ def run(
                     callback(step + 1, state, info)
                 if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
                     save_checkpoint()
+                if interrupted:
+                    raise KeyboardInterrupt
                 if stopped:
                     break
                 previous = objective

@@ -146,13 +146,13 @@ def _resolve_cache_dir(data_dir: Path, cache_dir: str | os.PathLike | None) -> P
 # checksums and download
 
 
-def _sha256_bytes(data: bytes) -> str:
+def _sha256_bytes(data) -> str:  # bytes, or a buffer such as an array's memory
     return hashlib.sha256(data).hexdigest()
 
 
 def _sha256_array(arr: np.ndarray) -> str:
     """The SHA-256 of an array's bytes, hashed in place (no copy of a contiguous array)."""
-    return hashlib.sha256(np.ascontiguousarray(arr).data).hexdigest()
+    return _sha256_bytes(np.ascontiguousarray(arr).data)
 
 
 def _read_verified(path: Path, rel: str) -> bytes:
