@@ -3,7 +3,7 @@
 A mixture's closed-form module (``spec.closed_form``) provides ``init_cache(x, config, xp)``
 (what every iteration reuses, computed once from the data), ``init_state(resp, cache, config,
 xp)``, ``update(state, cache, config, xp) -> (state, objective)`` and ``raw_params(state, cache,
-xp)``, written against the array namespace ``xp`` of ``inference.backends.ops``; it starts from
+xp)``, written against the array namespace ``xp`` of ``zoo.array_namespace``; it starts from
 initial responsibilities that SVI shares. Any other model's module (``spec.conjugate_updates``)
 has the same functions but ``init_cache(data, config, xp)`` takes the whole data dict and
 ``init_state(cache, config, xp)`` no responsibilities. The JAX update is jit-compiled.

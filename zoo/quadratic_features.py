@@ -3,7 +3,7 @@
 Any expectation that is a quadratic form in ``x`` (a Gaussian log-density under any q) is
 ``phi(x) @ theta`` for a coefficient vector ``theta``, and the sufficient statistics of a
 responsibility-weighted Gaussian fit are ``resp.T @ phi``. Written against an array namespace
-``xp`` (``inference.backends.ops``) so torch and JAX share it.
+``xp`` (``zoo.array_namespace``) so torch and JAX share it.
 """
 
 from __future__ import annotations

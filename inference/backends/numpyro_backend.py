@@ -20,7 +20,7 @@ from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 from inference import learning_rate  # noqa: E402
 from inference.backends import tree_codec  # noqa: E402
 from inference.backends.common import check_dtype, convert_config  # noqa: E402
-from inference.backends.ops import JaxOps  # noqa: E402
+from zoo.array_namespace import JaxOps  # noqa: E402
 
 NAME = "numpyro"
 ops = JaxOps()

@@ -21,8 +21,8 @@ from pyro.infer import (
 from inference import learning_rate
 from inference.backends import tree_codec
 from inference.backends.common import check_dtype, convert_config
-from inference.backends.ops import TorchOps
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
+from zoo.array_namespace import TorchOps
 
 NAME = "pyro"
 ops = TorchOps()

@@ -16,7 +16,7 @@ Stochastic VI (``algorithm="svi-natural"``, Hoffman et al. 2013) uses ``init_nat
 statistics ``resp.T @ phi``, so the natural-gradient step ``lambda <- (1 - rho) lambda + rho
 lambda_hat`` is the same convex combination of statistics, followed by the M-step.
 
-Every function takes an array namespace ``xp`` (``inference.backends.ops``), so the same code runs
+Every function takes an array namespace ``xp`` (``zoo.array_namespace``), so the same code runs
 on torch tensors (any device) and, jit-compiled, on JAX arrays.
 """
 
@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from inference.backends.ops import LOG_2PI
+from zoo.array_namespace import LOG_2PI
 from zoo.quadratic_features import (
     coefficients,
     log_responsibilities,

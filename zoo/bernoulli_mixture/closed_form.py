@@ -13,7 +13,7 @@ matrix products:
 
 The objective is the log joint ``log p(X | weights, probs) + log Dirichlet(weights | alpha) +
 sum_kd log Beta(probs_kd | a, b)`` in nats with every constant, which EM never decreases. ``xp`` is
-an array namespace of ``inference.backends.ops``: the same code runs on torch tensors and,
+an array namespace of ``zoo.array_namespace``: the same code runs on torch tensors and,
 jit-compiled, on JAX.
 """
 

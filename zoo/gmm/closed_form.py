@@ -6,7 +6,7 @@ product over the quadratic features of the data (see ``zoo.quadratic_features``)
 
 from __future__ import annotations
 
-from inference.backends.ops import LOG_2PI
+from zoo.array_namespace import LOG_2PI
 from zoo.bayesian_gmm.closed_form import EPS
 from zoo.quadratic_features import (
     coefficients,

@@ -1,4 +1,4 @@
-"""A small array namespace per backend, so closed-form updates are written once for both.
+"""A small array namespace per backend, so array algebra (closed-form updates) is written once.
 
 Only what the closed-form code needs, with the numpy spelling (``axis=``). ``TorchOps`` keeps
 tensors on the device of its inputs; ``JaxOps`` functions are pure and jit-compatible.
