@@ -74,7 +74,8 @@ def main(argv=None):
 
     import inference
     import zoo
-    from inference.svi_natural import ALGORITHM as NATURAL
+
+    NATURAL = inference.get_algorithm("svi-natural")
 
     spec = zoo.get_model("bayesian_gmm")
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:

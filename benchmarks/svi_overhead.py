@@ -16,19 +16,20 @@ import time
 
 import numpy as np
 
+import inference
 import zoo
 from inference.algorithm import Problem
-from inference.api import get_backend
 from inference.loop import run
-from inference.svi import ALGORITHM
+
+ALGORITHM = inference.get_algorithm("svi")
 
 
 def make_state(backend, x, k, guide, seed=0):
     spec = zoo.get_model("bayesian_gmm")
-    back = get_backend(backend)
+    back = inference.get_backend(backend)
     cfg = spec.prepare({"x": x}, K=k)
     problem = Problem(spec, {"x": x}, cfg, back, back.resolve_device("cpu"), "float64", seed)
-    return ALGORITHM.init(problem, guide=guide)
+    return ALGORITHM.init(problem, ALGORITHM.options({"guide": guide}))
 
 
 def time_zoo_loop(state, steps, n):
@@ -44,7 +45,7 @@ def time_bare(state, steps):
 
         config = engine.config  # model options are static: closed over, as a user would
         update = jax.jit(lambda st, data: engine.svi.update(st, data, config))
-        svi_state = engine.state
+        svi_state = state.params
         svi_state, loss = update(svi_state, engine.data)  # compile
         t0 = time.perf_counter()
         for _ in range(steps):

@@ -1,27 +1,44 @@
-"""The shared inference layer: SVI, EM, closed-form CAVI and stochastic natural-gradient VI
-(``svi-natural``) for every model of the zoo; data in memory, memory-mapped or streamed.
+"""The shared inference layer: closed-form coordinate-ascent VI and EM, SVI and stochastic
+natural-gradient VI (``svi-natural``) for every model of the zoo, and any algorithm a plugin
+registers; data in memory, memory-mapped or streamed.
 
 >>> import inference
 >>> res = inference.fit("bayesian_gmm", {"x": X}, algorithm="cavi", backend="numpyro", K=10)
 """
 
-from inference.api import ALGORITHMS, fit, get_algorithm, get_backend
+from inference.algorithm import Algorithm, Info, Problem, Traits
+from inference.api import fit
+from inference.backends import get_backend
 from inference.checkpoint import CheckpointError
 from inference.compare import compare
 from inference.loop import NonFiniteObjectiveError
+from inference.registry import (
+    get_algorithm,
+    list_algorithms,
+    load_plugins,
+    register_algorithm,
+    unregister_algorithm,
+)
 from inference.result import FitResult, load
 from inference.streaming import DataError, StreamEndedError
 
 __all__ = [
-    "ALGORITHMS",
+    "Algorithm",
     "CheckpointError",
     "DataError",
     "FitResult",
+    "Info",
     "NonFiniteObjectiveError",
+    "Problem",
     "StreamEndedError",
+    "Traits",
     "compare",
     "fit",
     "get_algorithm",
     "get_backend",
+    "list_algorithms",
     "load",
+    "load_plugins",
+    "register_algorithm",
+    "unregister_algorithm",
 ]

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inference.api import ALGORITHM_OPTIONS, guide_ignores
+from inference.api import fit, model_options
+from inference.backends import get_backend
+from inference.registry import get_algorithm, list_algorithms
 from zoo import get_model
 
 TARGET_GAP = 0.01  # nats per point: "reached the optimum" means within this of the best run
@@ -80,16 +82,16 @@ class Comparison:
             label = (
                 f"{row['algorithm']}{'-' + row['guide'] if row['guide'] else ''} ({row['backend']})"
             )
-            if row["guide"] == "gumbel":
+            twin = get_model(model).twin(row["backend"])
+            if row["guide"] in getattr(twin, "RELAXED_GUIDES", ()):
                 label += ", relaxed ELBO"
             ax.plot(_time_after_warmup(res), y, label=label, lw=1.5)
         ax.set_xscale("log")
         ax.set_ylim(best - 2.0, best + 0.2)
         ax.axhline(best - TARGET_GAP, color="grey", ls=":", lw=1)
         ax.set_xlabel("wall time (s, log scale; first step's compilation excluded)")
-        ax.set_ylabel(
-            "ELBO per point (nats)" if model != "gmm" else "log-likelihood per point (nats)"
-        )
+        objectives = sorted({row["objective"] for row, _ in runs})
+        ax.set_ylabel(f"{' / '.join(objectives)} per point (nats)")
         ax.legend(fontsize=8)
 
 
@@ -100,9 +102,9 @@ def _time_after_warmup(res):
 
 
 def _smoothed(res, window=25):
-    """SVI objectives are one-sample estimates: a trailing mean makes the curve readable."""
+    """Stochastic objectives are one-sample estimates: a trailing mean makes the curve readable."""
     y = np.asarray(res.history["objective"], dtype=float)
-    if res.algorithm != "svi" or len(y) < window:
+    if not get_algorithm(res.algorithm).traits.stochastic or len(y) < window:
         return y
     c = np.cumsum(np.concatenate([[0.0], y]))
     out = np.empty_like(y)
@@ -115,7 +117,7 @@ def _smoothed(res, window=25):
 def compare(
     model,
     data,
-    algorithms=("cavi", "em", "svi"),
+    algorithms=None,
     backends=("pyro", "numpyro"),
     *,
     guides=None,
@@ -128,14 +130,16 @@ def compare(
 ) -> Comparison:
     """Fit every supported (algorithm, guide, backend, seed) and tabulate the runs.
 
-    EM runs on the maximum-likelihood twin of a Bayesian model (``"gmm"`` for ``"bayesian_gmm"``)
-    when the model itself has no EM. ``num_steps`` may be a dict per algorithm. Rows hold the final
-    objective per point (ELBO; log-likelihood for EM), the held-out log predictive per point,
-    steps, wall time and the time to get within 0.01 nats/point of the best run's objective.
+    ``algorithms``: names of registered algorithms; default: every one that supports the
+    model or its maximum-likelihood twin.
+    An algorithm the model does not support runs on the model's maximum-likelihood twin
+    (``spec.maximum_likelihood_twin``: ``"gmm"`` for ``"bayesian_gmm"``) when the twin supports
+    it. ``num_steps`` may be a dict per algorithm. Rows hold the final objective per point (the
+    ELBO; a log-likelihood for EM), the held-out log predictive per point, steps, wall time and
+    the time to get within 0.01 nats/point of the best run's objective.
     """
-    from inference.api import ALGORITHMS, fit, get_algorithm, get_backend
-
     spec = get_model(model)
+    algorithms = list_algorithms() if algorithms is None else algorithms
     for name, values in (("algorithms", algorithms), ("backends", backends), ("seeds", seeds)):
         if (
             isinstance(values, str)
@@ -145,7 +149,8 @@ def compare(
             raise ValueError(f"{name} must be a non-empty list; got {values!r}.")
     for backend in backends:
         get_backend(backend)  # an unknown name is an error, not a silently empty row
-    twins = [get_model(EM_TWINS[spec.name])] if spec.name in EM_TWINS else []
+    algs = [get_algorithm(a) for a in algorithms]
+    twins = [get_model(spec.maximum_likelihood_twin)] if spec.maximum_likelihood_twin else []
     _check_options([spec, *twins], options)
     if isinstance(num_steps, dict) and set(num_steps) - set(algorithms):
         raise ValueError(
@@ -154,25 +159,20 @@ def compare(
         )
     test_data = data if test_data is None else test_data
     rows, results = [], []
-    for algorithm in algorithms:
-        alg = get_algorithm(algorithm)
-        target = spec
-        if algorithm == "em" and "em" not in spec.algorithms:
-            target = get_model(EM_TWINS.get(spec.name, spec.name))
+    for alg in algs:
+        target = next((m for m in [spec, *twins] if alg.supports(m)), None)
+        if target is None:
+            continue
         for backend in backends:
-            if not alg.supports(target, backend):
-                continue
-            run_guides = (guides or target.guides) if algorithm == "svi" else (None,)
-            for guide in run_guides:
+            for guide in _guides(alg, target, guides):
                 for seed in seeds:
-                    steps = num_steps.get(algorithm) if isinstance(num_steps, dict) else num_steps
-                    opts = _options_for(target, algorithm, guide, backend, options)
+                    steps = num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
+                    opts = _options_for(target, alg, guide, backend, options)
                     res = fit(
                         target,
                         data,
-                        algorithm,
+                        alg.name,
                         backend,
-                        guide=guide,
                         seed=seed,
                         num_steps=steps,
                         progress=progress,
@@ -181,14 +181,16 @@ def compare(
                     heldout = res.log_marginal_likelihood(
                         test_data, num_samples=num_samples, seed=seed
                     )
+                    objective = alg.comparable_objective(res, data)
                     rows.append(
                         {
                             "model": target.name,
-                            "algorithm": algorithm,
+                            "algorithm": alg.name,
                             "guide": guide,
                             "backend": backend,
                             "seed": seed,
-                            "objective_per_point": _final_objective(res, data) / res.num_data,
+                            "objective": _objective_name(alg, target),
+                            "objective_per_point": objective / res.num_data,
                             "heldout_log_pred_per_point": float(np.mean(heldout)),
                             "steps": res.num_steps,
                             "wall_time_s": res.timing["total"],
@@ -200,7 +202,7 @@ def compare(
     if not rows:
         raise ValueError(
             f"No algorithm in {list(algorithms)} supports {spec.name!r} on {list(backends)}; "
-            f"valid algorithms are {sorted(ALGORITHMS)}."
+            f"valid algorithms are {list_algorithms()}."
         )
     # ELBOs are compared with ELBOs, EM's log-likelihoods with log-likelihoods.
     best = {}
@@ -213,88 +215,54 @@ def compare(
     return Comparison(rows=rows, results=results)
 
 
-def _final_objective(res, data) -> float:
-    """Closed-form runs: the exact last objective. SVI: a 100-draw ELBO, with z enumerated for
-    models that have an enumerated guide (so relaxed and enumerated runs compare), else of the
-    run's own guide."""
-    if res.algorithm != "svi":
-        return res.objective
-    spec = get_model(res.model)
-    if "enum" in spec.guides:
-        from inference.svi import enumerated_elbo
-
-        return enumerated_elbo(res, data, num_particles=100, seed=res.seed)
-    return _fresh_elbo(res, data, num_particles=100)
+def _guides(alg, spec, guides):
+    """The guides a comparison runs ``alg`` with: each of the model's (or of ``guides``) for an
+    algorithm that takes a guide, else one run without."""
+    if "guide" not in alg.option_names():
+        return (None,)
+    return tuple(guides or spec.guides)
 
 
-def _fresh_elbo(res, data, num_particles: int) -> float:
-    """A fresh Monte-Carlo ELBO of a fitted SVI run with its own guide, in nats (sum over points)."""
-    from inference.api import get_backend
-
-    spec = get_model(res.model)
-    back = get_backend(res.backend)
-    device = back.resolve_device("cpu")
-    dtype = res.options.get("dtype", "float64")
-    config = back.backend_config(res.config, device, dtype)
-    params = dict(res.raw_params)
-    engine = back.SVIEngine(
-        spec.build_model(back.NAME, config, params),
-        spec.twin(back.NAME).make_guide(res.guide, config, params),
-        {k: back.asarray(v, device, dtype) for k, v in spec.validate_data(data).items()},
-        config,
-        elbo=res.options.get("elbo", "trace"),
-        lr=1e-3,
-        num_particles=1,
-        seed=res.seed,
-        device=device,
-    )
-    return engine.elbo(num_particles=num_particles, seed=res.seed)
+def _objective_name(alg, spec) -> str:
+    """What a run's objective is: the model's closed-form updates say for them (an EM fit of
+    a MAP model ascends a log joint), else the algorithm."""
+    updates = spec.updates
+    if updates is not None and alg.traits.estimate == updates.estimate:
+        return updates.objective.replace("_", "-").replace("elbo", "ELBO")
+    return alg.traits.objective
 
 
-# A Bayesian model's maximum-likelihood twin, which EM fits in a comparison.
-EM_TWINS = {"bayesian_gmm": "gmm"}
-
-
-#: fit() options compare passes on, and the algorithms each applies to (None: every run).
-FIT_OPTIONS = {
-    **{name: takers for name, (takers, _) in ALGORITHM_OPTIONS.items()},
-    "init": None,
-    "tol": None,
-    "dtype": None,
-    "device": None,
-    "batch_size": ("svi", "svi-natural"),
-}
+#: fit() options compare passes to every run.
+RUN_OPTIONS = ("init", "tol", "dtype", "device")
 
 
 def _check_options(specs, options) -> None:
-    """Every option is a fit() option above or a model option of one of the fitted models."""
-    import inspect
-
-    allowed = set(FIT_OPTIONS)
+    """Every option is a fit() option of some algorithm, or a model option of one of the
+    fitted models."""
+    fit_options = set(RUN_OPTIONS)
+    for name in list_algorithms():
+        fit_options |= set(get_algorithm(name).option_names()) - {"guide"}
+    allowed = set(fit_options)
     for spec in specs:
-        allowed |= set(inspect.signature(spec.prepare).parameters) - {"data"}
+        allowed |= set(model_options(spec))
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise TypeError(
             f"compare() got unknown option(s) {unknown}; it takes the fit() options "
-            f"{sorted(FIT_OPTIONS)} and the models' own options {sorted(allowed - set(FIT_OPTIONS))}."
+            f"{sorted(fit_options)} and the models' own options {sorted(allowed - fit_options)}."
         )
 
 
-def _options_for(spec, algorithm, guide, backend, options):
+def _options_for(spec, alg, guide, backend, options):
     """The options of one run: the model options its ``prepare`` takes (EM's twin has no
-    priors) and the fit() options of its algorithm and guide (a temperature for the Gumbel
-    guide only; an objective for the guides that do not enumerate)."""
-    import inspect
-
-    allowed = set(inspect.signature(spec.prepare).parameters)
-    return {
-        k: v
-        for k, v in options.items()
-        if k in allowed
-        or (
-            k in FIT_OPTIONS
-            and algorithm in (FIT_OPTIONS[k] or (algorithm,))
-            and not guide_ignores(spec, backend, guide, k)
-        )
-    }
+    priors), the run options, and the options of its algorithm that the run would not ignore
+    (a temperature for a relaxed guide only; an objective for the guides that do not
+    enumerate)."""
+    allowed = set(model_options(spec)) | set(RUN_OPTIONS)
+    own = {k: v for k, v in options.items() if k in alg.option_names()}
+    if guide is not None:
+        own["guide"] = guide
+    opts = alg.options(own)
+    out = {k: v for k, v in options.items() if k in allowed}
+    out.update({k: v for k, v in own.items() if not alg.ignores(spec, backend, opts, k)})
+    return out

@@ -16,40 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from inference.backends import get_backend
+from zoo import get_model
+
 #: Rows x particles evaluated at once; bounds memory at about this many network evaluations.
 CHUNK_ELEMENTS = 50_000
-
-
-def data_plate_log_prob(sites):
-    """Sum of the sample sites' log-densities, per row of the ``data`` plate (unscaled).
-
-    Works on Pyro and NumPyro trace sites alike. A latent site outside the ``data`` plate would
-    couple the rows, so it is an error.
-    """
-    total = 0.0
-    for site in sites:
-        if site["type"] != "sample" or site["name"] == "particles" or _is_subsample(site):
-            continue
-        frames = {f.name: f for f in site["cond_indep_stack"]}
-        if "data" not in frames:
-            if site["is_observed"]:
-                raise ValueError(f"Observed site {site['name']!r} is outside the 'data' plate.")
-            raise ValueError(
-                f"Latent site {site['name']!r} is outside the 'data' plate: per-datum importance "
-                "weights need every latent to be local to a data point. Use the model's "
-                "posterior draws (spec.sample_posterior) for global latents."
-            )
-        log_prob = site["fn"].log_prob(site["value"])
-        dim = frames["data"].dim
-        if dim < -1:  # plates right of the data plate: sum them into the row
-            log_prob = log_prob.sum(tuple(range(dim + 1, 0)))
-        total = total + log_prob
-    return total
-
-
-def _is_subsample(site) -> bool:
-    infer = site.get("infer") or {}
-    return bool(infer.get("_do_not_trace")) or type(site["fn"]).__name__ == "_Subsample"
 
 
 def check_num_samples(num_samples) -> int:
@@ -86,9 +57,6 @@ def importance_statistics(result, data: dict, num_samples: int, seed: int = 0, d
     ``result`` is a fitted :class:`~inference.FitResult` of a local-latent model; its guide is the
     proposal. Deterministic given ``seed``.
     """
-    from inference.api import get_backend
-    from zoo import get_model
-
     num_samples = check_num_samples(num_samples)
     spec = get_model(result.model)
     back = get_backend(result.backend)

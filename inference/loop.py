@@ -30,7 +30,7 @@ class NonFiniteObjectiveError(FloatingPointError):
 @contextlib.contextmanager
 def _deferred_interrupt():
     """Yields a list that a first Ctrl-C appends to instead of raising; the loop raises it once
-    the step and its bookkeeping are done (a step changes its state in place, and one
+    the step and its bookkeeping are done (a Pyro step updates its parameters in place, and one
     interrupted half way would be checkpointed half done). A second Ctrl-C raises at once.
     Installed once around the loop, not per step."""
     caught = []
@@ -53,11 +53,14 @@ def _deferred_interrupt():
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _advice(stochastic: bool) -> str:
-    if stochastic:
-        return "Lower the learning rate, check the data scale, or use float64."
-    # Closed-form updates have no step size: a covariance or a weight went singular.
-    return "Check the data scale and constant columns, raise reg_covar, or use float64."
+#: The advice on a non-finite objective where the model has none of its own.
+DEFAULT_ADVICE = "Check the data scale, or use float64."
+
+
+def nonfinite_advice(alg, spec) -> str:
+    """What to try when a fit's objective turns non-finite: the algorithm's advice (a step
+    size), then the model's (a singular covariance: raise reg_covar), or a default."""
+    return " ".join(a for a in (alg.traits.advice, spec.numerical_advice or DEFAULT_ADVICE) if a)
 
 
 def _differences(saved, current) -> str:
@@ -141,6 +144,7 @@ def run(
     make_result=None,
     validation=None,
     write_checkpoints: bool = True,
+    advice: str = DEFAULT_ADVICE,
 ):
     """Step ``alg`` from ``state`` until ``num_steps``, until the objective per data point
     changes by less than ``tol``, or until ``validation`` (``inference.validation``) stops early.
@@ -154,7 +158,7 @@ def run(
     read on resume but never written.
     """
     header = {**(header or {}), "tol": tol}  # read back on resume, never compared
-    stochastic = header.get("algorithm") in ("svi", "svi-natural")
+    stochastic = alg.traits.stochastic
     history = {"step": [], "objective": [], "time": []}
     start_step = 0
     stopped = None  # why a run ended before num_steps: "converged" or "early_stopping"
@@ -172,9 +176,7 @@ def run(
     converged = stopped == "converged"
     previous = history["objective"][-1] if history["objective"] else None
     step = start_step
-    bar = tqdm(
-        total=num_steps, initial=start_step, disable=not progress, desc=header.get("algorithm")
-    )
+    bar = tqdm(total=num_steps, initial=start_step, disable=not progress, desc=alg.name)
 
     def save_checkpoint():
         """The last completed step, when a path is given and this call took a step."""
@@ -191,13 +193,13 @@ def run(
         # A run that converged or stopped early is finished: resuming it returns it as it was.
         with _deferred_interrupt() as interrupted:
             for step in range(start_step, start_step if stopped else num_steps):
-                new_state, info = alg.step(state)
+                new_state, info = alg.step(state)  # a new state: ``state`` stays the last good one
                 objective = info.objective
                 if not math.isfinite(objective):
                     result = make_result(state, history, False) if make_result else None
                     raise NonFiniteObjectiveError(
                         f"The objective became {objective} at step {step + 1}; the parameters "
-                        f"of step {step} are kept (error.result). {_advice(stochastic)}",
+                        f"of step {step} are kept (error.result). {advice}",
                         result,
                     )
                 state = new_state

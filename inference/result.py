@@ -10,7 +10,9 @@ import numpy as np
 from scipy.special import logsumexp
 
 from inference import checkpoint
+from inference.backends import get_backend
 from inference.evaluation import check_num_samples, importance_statistics
+from inference.registry import get_algorithm
 from zoo import get_model
 
 
@@ -77,10 +79,10 @@ class FitResult:
         )
 
     @property
-    def guide_family(self) -> str:
-        if self.algorithm in ("cavi", "svi-natural"):  # the free-form (CAVI) family
-            return "cavi"
-        return self.guide or self.algorithm
+    def guide_family(self) -> str | None:
+        """The fitted posterior's family, as the model's ``sample_posterior`` names it: the
+        guide, or the family of the model's closed-form updates."""
+        return get_algorithm(self.algorithm).posterior_family(self)
 
     def _check_guide(self, method: str) -> None:
         if self.guide is None:
@@ -92,7 +94,7 @@ class FitResult:
     def _checked(self, data) -> dict:
         """New data, checked as training data are and against the fitted model (its width)."""
         spec = get_model(self.model)
-        data = spec.validate_data(data if isinstance(data, dict) else {"x": data})
+        data = spec.validate_data(_as_dict(spec, data))
         if spec.check_data is not None:
             spec.check_data(data, self.config)
         return data
@@ -115,10 +117,8 @@ class FitResult:
         """
         num_samples = check_num_samples(num_samples)
         if get_model(self.model).sample_posterior is None:
-            data = x if isinstance(x, dict) else {"x": x}
+            data = _as_dict(get_model(self.model), x)
             return importance_statistics(self, data, num_samples, seed, device)[1]
-        from inference.api import get_backend
-
         # Mixtures are scored in numpy, on the CPU; a device that is not there is still an error.
         get_backend(self.backend).resolve_device(device)
         ll = self.pointwise_log_likelihood(x, num_samples, seed)
@@ -131,7 +131,7 @@ class FitResult:
         ``num_samples`` draws of ``log p(x_n, z) - log q(z | x_n)``.
         """
         self._check_guide("elbo")
-        data = x if isinstance(x, dict) else {"x": x}
+        data = _as_dict(get_model(self.model), x)
         return importance_statistics(self, data, num_samples, seed, device)[0]
 
     def to_arviz(self, num_samples: int = 1000, seed: int = 0, data=None):
@@ -146,7 +146,8 @@ class FitResult:
         if data is not None:
             spec = get_model(self.model)
             data = self._checked(data)
-            kwargs["log_likelihood"] = {k: spec.log_likelihood(draws, data)[None] for k in ("x",)}
+            # One variable, the likelihood of a whole datum, named by the model's data keys.
+            kwargs["log_likelihood"] = {",".join(spec.data): spec.log_likelihood(draws, data)[None]}
             kwargs["observed_data"] = data
         return az.from_dict(posterior=posterior, **kwargs)
 
@@ -177,6 +178,18 @@ class FitResult:
             "config": config_scalars,
         }
         checkpoint.save(path, header, arrays)
+
+
+def _as_dict(spec, data) -> dict:
+    """``data`` as the model's data dict: an array stands for the one key of a one-key model."""
+    if isinstance(data, dict):
+        return data
+    if len(spec.data) != 1:
+        raise TypeError(
+            f"Model {spec.name!r} takes data keys {sorted(spec.data)}: pass a dict of arrays; "
+            f"got {type(data).__name__}."
+        )
+    return {next(iter(spec.data)): data}
 
 
 _SAVED_FIELDS = (

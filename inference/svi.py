@@ -1,17 +1,18 @@
 """Stochastic variational inference with the model's guides (``algorithm="svi"``).
 
 The guide name picks how discrete latents are handled: a guide the twin lists in
-``ENUMERATED_GUIDES`` (``"enum"``) sums them out exactly (``TraceEnum_ELBO``), ``"gumbel"`` samples
-a relaxed one-hot ``z`` whose temperature is annealed geometrically from ``temperature[0]`` to
-``temperature[1]`` over ``num_steps``. A twin may instead define
-``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then passes that value as
-``temperature`` at each step (the Bayesian attention classifier reads it as its KL weight); a
-twin whose schedule does not depend on ``num_steps`` says so with ``SCHEDULE_SPANS_STEPS = False``,
-and its fits may then be extended on resume.
+``ENUMERATED_GUIDES`` sums them out exactly (``TraceEnum_ELBO``); a guide it lists in
+``RELAXED_GUIDES`` (a Gumbel-softmax guide) samples a relaxed one-hot ``z`` whose temperature is
+annealed geometrically from ``temperature[0]`` to ``temperature[1]`` over ``num_steps``. A twin
+may instead define ``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then
+passes that value as ``temperature`` at each step (the Bayesian attention classifier reads it as
+its KL weight); a twin whose schedule does not depend on ``num_steps`` says so with
+``SCHEDULE_SPANS_STEPS = False``, and its fits may then be extended on resume.
 
-Mixture guides start from the same responsibilities as CAVI and EM (one closed-form M-step), so
-runs compare fairly; other models start from their own seeded initialisation, or from ``init``, a
-dict of parameter arrays (e.g. another fit's ``raw_params``).
+Guides of a model whose closed-form updates start from responsibilities (a mixture) start from
+one update from the same responsibilities as CAVI and EM, so runs compare fairly; other models
+start from their own seeded initialisation, or from ``init``, a dict of parameter arrays (e.g.
+another fit's ``raw_params``).
 
 With ``batch_size`` each step sees a minibatch (``inference.minibatch``: every point once per
 epoch) and the model's data plate scales its log-density by ``num_data / batch_size``, so the
@@ -25,6 +26,7 @@ share and averages the gradients (``docs/scaling.md``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from inference import learning_rate
-from inference.algorithm import Info, Problem
+from inference import learning_rate, streaming
+from inference.algorithm import Algorithm, Info, Problem, Traits, check_choice, check_int
 from inference.closed_form import start_values
-from inference.initialization import initial_responsibilities
-from inference.minibatch import EpochBatches, binarize
+from inference.minibatch import EpochBatches, binarize, check_grey_levels
+from zoo import get_model
 
 #: The objectives SVI maximises (``elbo=``). ``"trace"``: the Monte-Carlo ELBO; ``"meanfield"``:
 #: the ELBO with analytic KL terms where the guide and prior admit one; ``"iwae"``: the
@@ -45,26 +47,65 @@ from inference.minibatch import EpochBatches, binarize
 ELBOS = ("trace", "meanfield", "iwae")
 
 
-@dataclass
+@dataclass(frozen=True)
+class SVIOptions:
+    """SVI's options.
+
+    guide : the model's guide (``spec.guides``; default: the first).
+    lr : Adam's learning rate, or piecewise-constant stages ``[(num_steps, lr), ...]``.
+    num_particles : Monte-Carlo samples per step.
+    temperature : a relaxed guide's temperature schedule ``(start, end)``.
+    batch_size : the minibatch size (default: full batch).
+    elbo : the objective, one of :data:`ELBOS`.
+    dynamic_binarization : the model's binary data keys hold grey levels in [0, 1], and every
+        epoch trains on a fresh Bernoulli draw of each (drawn from the seed and the epoch, so a
+        resumed run sees the same draws).
+    data_parallel : split each step's rows over devices (``docs/scaling.md``).
+    jit : Pyro: compile the ELBO and its gradient with ``torch.jit.trace`` (NumPyro always
+        compiles).
+    """
+
+    guide: str | None = None
+    lr: Any = 0.05
+    num_particles: int = 1
+    temperature: Any = (1.0, 0.1)
+    batch_size: int | None = None
+    elbo: str = "trace"
+    dynamic_binarization: bool = False
+    data_parallel: bool = False
+    jit: bool = False
+
+    def __post_init__(self):
+        learning_rate.parse(self.lr)
+        check_int("num_particles", self.num_particles)
+        check_choice("elbo", self.elbo, ELBOS)
+        if self.guide is not None and not isinstance(self.guide, str):
+            raise TypeError(f"guide must be a guide's name (str); got {self.guide!r}.")
+        if isinstance(self.temperature, str) or len(np.atleast_1d(self.temperature)) != 2:
+            raise ValueError(
+                f"temperature must be a pair (start, end) of positive floats, annealed "
+                f"geometrically over num_steps; got {self.temperature!r}."
+            )
+        if self.batch_size is not None and (
+            isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int | np.integer)
+        ):
+            raise TypeError(f"batch_size must be an int; got {type(self.batch_size).__name__}.")
+
+
+@dataclass(frozen=True)
 class SVIState:
     problem: Problem
-    engine: Any  # the backend's SVIEngine
+    engine: Any  # the backend's SVIEngine: the model, guide, objective and optimiser
+    params: Any  # the engine's state: NumPyro's SVI state (a pytree); Pyro: None (its store)
     guide: str
     schedule: Any  # step -> temperature; None: no temperature
     schedule_spans_steps: bool = True  # the schedule (if any) is spread over num_steps
     batches: EpochBatches | None = None
-    grey: np.ndarray | None = None  # with dynamic binarization: the grey levels of data["x"]
-    data_epoch: int = 0  # the epoch whose binarization the engine holds
-    source: Any = None  # data not held in memory: one minibatch per step
+    grey: dict | None = None  # with dynamic binarization: the grey levels of the binary keys
+    data: dict | None = None  # the binarization the engine trains on this epoch
+    data_epoch: int = 0  # the epoch of ``data``
     shard: tuple[int, int] | None = None  # Pyro data-parallel: (rank, world size)
     step: int = 0
-
-    @property
-    def extendable(self) -> bool:
-        """Whether nothing in the run depends on ``num_steps`` (no temperature spread over it, no
-        stream sized by it), so a resumed run may go on for more steps than it first asked for
-        and match an uninterrupted run of the new length."""
-        return not self.schedule_spans_steps and self.source is None
 
 
 def _check_enumerable(backend: str, config, guide: str) -> None:
@@ -74,7 +115,7 @@ def _check_enumerable(backend: str, config, guide: str) -> None:
         raise ValueError(
             f"K=1 with the enumerated guide {guide!r} does not run on NumPyro, whose "
             "enumeration cannot sum over a single component. Fit a one-component model "
-            "with backend='pyro', or with algorithm 'cavi' or 'em'."
+            "with backend='pyro', or with closed-form updates."
         )
 
 
@@ -87,70 +128,88 @@ def geometric_schedule(start: float, end: float, num_steps: int):
     )
 
 
-class SVIAlgorithm:
+def _binary_keys(spec) -> list[str]:
+    return [key for key, field in spec.data.items() if field.binary]
+
+
+class SVI(Algorithm):
     name = "svi"
-    objective = "elbo"
+    Options = SVIOptions
     # float64: under JAX x64, numpyro's lower-Cholesky transform mixes dtypes for float32 params.
-    default_dtype = "float64"
+    traits = Traits(
+        stochastic=True,
+        minibatch=True,
+        num_steps=2000,
+        tol=None,
+        objective="ELBO",
+        advice="Lower the learning rate.",
+    )
 
-    def supports(self, spec, backend: str) -> bool:
-        return bool(spec.guides) and backend in spec.backends
+    def unsupported(self, spec) -> str | None:
+        if not spec.guides:
+            return f"model {spec.name!r} offers no guides (ModelSpec.guides)"
+        return None
 
-    def init(
-        self,
-        problem: Problem,
-        *,
-        guide: str | None = None,
-        init=None,
-        lr=0.05,
-        num_particles: int = 1,
-        temperature=(1.0, 0.1),
-        num_steps: int = 1000,
-        batch_size: int | None = None,
-        elbo: str = "trace",
-        grey: np.ndarray | None = None,
-        source=None,
-        data_parallel: bool = False,
-        jit: bool = False,
-    ) -> SVIState:
-        spec = problem.spec
-        guide = guide or spec.guides[0]
+    def guide(self, state: SVIState) -> str | None:
+        return state.guide
+
+    def ignores(self, spec, backend: str, options: SVIOptions, name: str) -> str | None:
+        """The temperature anneals a relaxed guide only, and an enumerated guide has its own
+        objective (TraceEnum_ELBO)."""
+        twin = spec.twin(backend)
+        guide = options.guide or spec.guides[0]
+        if name == "temperature" and guide not in getattr(twin, "RELAXED_GUIDES", ()):
+            return (
+                "temperature= anneals a relaxed (Gumbel-softmax) guide; guide "
+                f"{guide!r} does not use it."
+            )
+        enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
+        if name == "elbo" and options.elbo != "trace" and enumerated:
+            return (
+                f"elbo={options.elbo!r} does not apply to guide {guide!r}, which sums the "
+                "discrete latents out exactly (TraceEnum_ELBO)."
+            )
+        return None
+
+    def prepare_data(self, spec, data, options: SVIOptions, seed: int):
+        """Dynamic binarization: the grey levels become the first epoch's draw, before the data
+        checks (which, for a Bernoulli likelihood, want 0s and 1s)."""
+        if not options.dynamic_binarization:
+            return data
+        keys = _binary_keys(spec)
+        in_memory = isinstance(data, Mapping) and not streaming.is_out_of_core(data)
+        if not keys or not in_memory or not all(k in data for k in keys):
+            raise ValueError(
+                "dynamic_binarization=True needs data in memory whose binary keys "
+                f"({keys or 'none in this model'}) hold grey levels."
+            )
+        return {**data, **{k: binarize(check_grey_levels(data[k]), seed, 0) for k in keys}}
+
+    def init(self, problem: Problem, options: SVIOptions) -> SVIState:
+        spec, back = problem.spec, problem.backend
+        guide = options.guide or spec.guides[0]
         if guide not in spec.guides:
             raise ValueError(
                 f"Unknown guide {guide!r} for {spec.name!r}; valid guides are {list(spec.guides)}."
             )
-        lr = learning_rate.parse(lr)
-        if (
-            isinstance(num_particles, bool)
-            or not isinstance(num_particles, int | np.integer)
-            or num_particles < 1
-        ):
-            raise ValueError(
-                f"num_particles must be an int in the range [1, inf); got {num_particles}."
-            )
-        if elbo not in ELBOS:
-            raise ValueError(f"elbo must be one of {list(ELBOS)}; got {elbo!r}.")
-        twin = spec.twin(problem.backend.NAME)
-        start_values = self._start_values(problem, init)
+        lr = learning_rate.parse(options.lr)
+        twin = spec.twin(back.NAME)
+        start = self._start_values(problem, problem.init)
         data, config = problem.backend_data(), problem.backend_config()
         spans_steps = True
-        if guide == "gumbel":
-            if isinstance(temperature, str) or len(np.atleast_1d(temperature)) != 2:
-                raise ValueError(
-                    f"temperature must be a pair (start, end) of positive floats, annealed "
-                    f"geometrically over num_steps; got {temperature!r}."
-                )
-            schedule = geometric_schedule(*temperature, num_steps)
+        if guide in getattr(twin, "RELAXED_GUIDES", ()):
+            schedule = geometric_schedule(*options.temperature, problem.num_steps)
         elif hasattr(twin, "temperature_schedule"):  # e.g. a KL-weight warm-up the model reads
-            schedule = twin.temperature_schedule(problem.config, num_steps)
+            schedule = twin.temperature_schedule(problem.config, problem.num_steps)
             spans_steps = getattr(twin, "SCHEDULE_SPANS_STEPS", True)
         else:
             schedule = None
         batches = shard = None
-        model = spec.build_model(problem.backend.NAME, config, start_values)
-        guide_fn = twin.make_guide(guide, config, start_values)
-        if data_parallel and problem.backend.NAME == "pyro":
-            shard = problem.backend.init_data_parallel()
+        model = spec.build_model(back.NAME, config, start)
+        guide_fn = twin.make_guide(guide, config, start)
+        if options.data_parallel and back.NAME == "pyro":
+            shard = back.init_data_parallel()
+        source, batch_size = problem.source, options.batch_size
         if batch_size is not None or source is not None or shard is not None:
             if not spec.minibatch:
                 raise ValueError(
@@ -172,95 +231,66 @@ class SVIAlgorithm:
                     f"batch_size (or data size) that is a multiple of {world}."
                 )
             if batches is None and source is None:  # full batch: each process keeps its share
-                data = {k: v[self._share(problem.num_data, shard)] for k, v in data.items()}
+                data = {k: v[_share(problem.num_data, shard)] for k, v in data.items()}
         enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
         if enumerated:
-            _check_enumerable(problem.backend.NAME, config, guide)
-        engine = problem.backend.SVIEngine(
+            _check_enumerable(back.NAME, config, guide)
+        engine = back.SVIEngine(
             model,
             guide_fn,
             data,
             config,
-            elbo="enum" if enumerated else elbo,
+            elbo="enum" if enumerated else options.elbo,
             lr=lr,
-            num_particles=int(num_particles),
+            num_particles=int(options.num_particles),
             seed=problem.seed,
             device=problem.device,
             init_temperature=None if schedule is None else schedule(0),
-            data_parallel=bool(data_parallel),
+            data_parallel=bool(options.data_parallel),
             batch_rows=batch_rows,
-            jit=bool(jit),
+            jit=bool(options.jit),
         )
+        grey = None
+        if options.dynamic_binarization:
+            grey = {k: check_grey_levels(problem.given[k]) for k in _binary_keys(spec)}
         return SVIState(
             problem=problem,
             engine=engine,
+            params=engine.initial_state(),
             guide=guide,
             schedule=schedule,
             schedule_spans_steps=schedule is not None and spans_steps,
             batches=batches,
             grey=grey,
-            source=source,
             shard=shard,
         )
 
-    @staticmethod
-    def _share(num_rows: int, shard):
-        """The slice of a step's rows that process ``rank`` of ``world`` works on."""
-        rank, world = shard
-        size = num_rows // world
-        return slice(rank * size, (rank + 1) * size)
-
     def _start_values(self, problem, init) -> dict[str, np.ndarray] | None:
-        """Starting parameters: ``init`` itself when it is a dict of arrays; for models with
-        closed-form updates, one M-step from the initial responsibilities; else None (the
-        model's own seeded initialisation)."""
+        """Starting parameters: ``init`` itself when it is a dict of arrays; for models whose
+        updates start from responsibilities, one update from the initial responsibilities;
+        else None (the model's own seeded initialisation)."""
         if isinstance(init, Mapping):
             given = {k: np.asarray(v) for k, v in init.items()}
-            if problem.spec.closed_form is None:  # a network's own checks see to its names
+            default = start_values(problem, None)
+            if default is None:  # a network's own checks see to its names
                 return given
-            return self._checked_start(problem, given, self._start_values(problem, None))
-        if problem.spec.closed_form is not None:
-            x = problem.data["x"]
-            init = "kmeans" if init is None else init
-            resp = initial_responsibilities(x, problem.config.K, init, problem.seed)
-            return start_values(
-                problem.spec, x, resp, problem.config, problem.backend, problem.device
-            )
-        if init is not None:
+            return _checked_start(problem, given, default)
+        start = start_values(problem, init)
+        if start is None and init is not None:
             raise ValueError(
                 f"init for model {problem.spec.name!r} must be None (its own initialisation) or "
                 f"a dict of parameter arrays such as a fit's raw_params; got {init!r}."
             )
-        return None
-
-    @staticmethod
-    def _checked_start(problem, given, default):
-        """``given`` parameters over the k-means start ``default``: the names must be the
-        model's, the shapes those of its K components, the values finite."""
-        name = problem.spec.name
-        unknown = sorted(set(given) - set(default))
-        if unknown:
-            raise ValueError(
-                f"init names {unknown}, which are not parameters of {name!r}; its parameters "
-                f"are {sorted(default)} (a fit's raw_params; the rest start from k-means)."
-            )
-        for key, value in given.items():
-            if value.shape != default[key].shape:
-                raise ValueError(
-                    f"init[{key!r}] must have shape {default[key].shape} for K="
-                    f"{problem.config.K} and the data's width; got {value.shape}."
-                )
-            if value.dtype.kind not in "fiu" or not np.isfinite(value).all():
-                raise ValueError(f"init[{key!r}] must hold finite numbers.")
-        return {**default, **given}
+        return start
 
     def step(self, state: SVIState):
+        data, epoch = state.data, state.data_epoch
         if state.grey is not None:
-            self._refresh_binarization(state)
+            data, epoch = self._binarization(state)
         rows = batch = None
-        if state.source is not None:
+        if state.problem.source is not None:
             p = state.problem
-            batch = state.source.batch(state.step)
+            batch = p.source.batch(state.step)
             if state.shard is not None:
                 rows = len(next(iter(batch.values())))
                 if rows % state.shard[1]:
@@ -268,42 +298,133 @@ class SVIAlgorithm:
                         f"The minibatch of step {state.step + 1} has {rows} rows, which do not "
                         f"split over the {state.shard[1]} processes of the group."
                     )
-                batch = {k: v[self._share(rows, state.shard)] for k, v in batch.items()}
+                batch = {k: v[_share(rows, state.shard)] for k, v in batch.items()}
             batch = {k: p.backend.asarray(v, p.device, p.dtype) for k, v in batch.items()}
             rows = None
         elif state.batches is not None:
             rows = state.batches.indices(state.step)
             if state.shard is not None:
-                rows = rows[self._share(len(rows), state.shard)]
+                rows = rows[_share(len(rows), state.shard)]
         temperature = None if state.schedule is None else state.schedule(state.step)
-        elbo = state.engine.step(temperature, rows, batch=batch)
-        state.step += 1
-        return state, Info(objective=elbo)
+        params, elbo = state.engine.step(state.params, temperature, rows, batch=batch, data=data)
+        new = dataclasses.replace(
+            state, params=params, data=data, data_epoch=epoch, step=state.step + 1
+        )
+        return new, Info(objective=elbo)
 
-    def _refresh_binarization(self, state: SVIState) -> None:
+    def _binarization(self, state: SVIState):
         """Dynamic binarization: a fresh draw of the training pixels at each epoch."""
         steps_per_epoch = state.batches.steps_per_epoch if state.batches else 1
         epoch = state.step // steps_per_epoch
-        if epoch != state.data_epoch:
-            p = state.problem
-            x = binarize(state.grey, p.seed, epoch)
-            state.engine.data = {**state.engine.data, "x": p.backend.asarray(x, p.device, p.dtype)}
-            state.data_epoch = epoch
+        if epoch == state.data_epoch:
+            return state.data, epoch
+        p = state.problem
+        drawn = {
+            k: p.backend.asarray(binarize(grey, p.seed, epoch), p.device, p.dtype)
+            for k, grey in state.grey.items()
+        }
+        return {**state.engine.data, **drawn}, epoch
 
     def get_params(self, state: SVIState) -> dict[str, np.ndarray]:
-        return state.engine.params()
+        return state.engine.params(state.params)
 
     def state_dict(self, state: SVIState):
-        skeleton, arrays = state.engine.state_dict()
+        skeleton, arrays = state.engine.state_dict(state.params)
         return {"engine": skeleton, "step": state.step}, arrays  # the step sets the temperature
 
     def load_state_dict(self, state: SVIState, skeleton, arrays) -> SVIState:
-        state.engine.load_state_dict(skeleton["engine"], arrays)
-        state.step = int(skeleton["step"])
-        return state
+        params = state.engine.load_state_dict(state.params, skeleton["engine"], arrays)
+        return dataclasses.replace(state, params=params, step=int(skeleton["step"]))
+
+    def record(self, options: SVIOptions, state: SVIState) -> dict:
+        out = {
+            "lr": learning_rate.record(options.lr),
+            "num_particles": int(options.num_particles),
+            "temperature": list(options.temperature),
+            "batch_size": options.batch_size,
+            "elbo": options.elbo,
+            "guide": state.guide,
+            "num_steps": state.problem.num_steps,
+            "dynamic_binarization": bool(options.dynamic_binarization),
+        }
+        # Recorded only when on, so checkpoints written before these options still resume.
+        if options.jit:
+            out["jit"] = True
+        if options.data_parallel:
+            out["data_parallel"] = True
+        return out
+
+    def extendable(self, state: SVIState) -> bool:
+        """Whether nothing in the run depends on ``num_steps`` (no temperature spread over it, no
+        stream sized by it), so a resumed run may go on for more steps than it first asked for
+        and match an uninterrupted run of the new length."""
+        return not state.schedule_spans_steps and state.problem.source is None
+
+    def lead(self, state: SVIState) -> bool:
+        return state.shard is None or state.shard[0] == 0
+
+    def comparable_objective(self, result, data) -> float:
+        """A 100-draw ELBO: with ``z`` enumerated for models that have an enumerated guide (so
+        relaxed and enumerated runs compare), else of the run's own guide."""
+        spec = get_model(result.model)
+        twin_guides = getattr(spec.twin(result.backend), "ENUMERATED_GUIDES", ())
+        enumerated = next((g for g in spec.guides if g in twin_guides), None)
+        if enumerated is not None:
+            return enumerated_elbo(result, data, num_particles=100, seed=result.seed)
+        return fresh_elbo(result, data, num_particles=100)
 
 
-ALGORITHM = SVIAlgorithm()
+def _share(num_rows: int, shard):
+    """The slice of a step's rows that process ``rank`` of ``world`` works on."""
+    rank, world = shard
+    size = num_rows // world
+    return slice(rank * size, (rank + 1) * size)
+
+
+def _checked_start(problem, given, default):
+    """``given`` parameters over the default start ``default``: the names must be the model's,
+    the shapes those of its configuration, the values finite."""
+    name = problem.spec.name
+    unknown = sorted(set(given) - set(default))
+    if unknown:
+        raise ValueError(
+            f"init names {unknown}, which are not parameters of {name!r}; its parameters "
+            f"are {sorted(default)} (a fit's raw_params; the rest start from k-means)."
+        )
+    for key, value in given.items():
+        if value.shape != default[key].shape:
+            raise ValueError(
+                f"init[{key!r}] must have shape {default[key].shape} for this configuration "
+                f"and the data's width; got {value.shape}."
+            )
+        if value.dtype.kind not in "fiu" or not np.isfinite(value).all():
+            raise ValueError(f"init[{key!r}] must hold finite numbers.")
+    return {**default, **given}
+
+
+def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
+    """A fresh engine (no step taken) of a fitted run's model and ``guide`` at its parameters."""
+    from inference.backends import get_backend
+
+    spec = get_model(result.model)
+    back = get_backend(result.backend)
+    device = back.resolve_device("cpu")
+    dtype = result.options.get("dtype", "float64")
+    config = back.backend_config(result.config, device, dtype)
+    params = dict(result.raw_params)
+    if elbo == "enum":
+        _check_enumerable(back.NAME, config, guide)
+    return back.SVIEngine(
+        spec.build_model(back.NAME, config, params),
+        spec.twin(back.NAME).make_guide(guide, config, params),
+        {k: back.asarray(v, device, dtype) for k, v in spec.validate_data(data).items()},
+        config,
+        elbo=elbo,
+        lr=1e-3,
+        num_particles=1,
+        seed=seed,
+        device=device,
+    )
 
 
 def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> float:
@@ -312,34 +433,17 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
     A Gumbel-softmax run optimises a relaxed objective; evaluating its global factors with ``z``
     enumerated (the optimal q(z) given them) puts every SVI run on the ELBO of the discrete model.
     """
-    from inference.api import get_backend
-    from zoo import get_model
-
     spec = get_model(result.model)
-    back = get_backend(result.backend)
-    problem = Problem(
-        spec,
-        spec.validate_data(data),
-        result.config,
-        back,
-        back.resolve_device("cpu"),
-        result.options.get("dtype", "float64"),
-        result.seed,
-    )
-    twin = spec.twin(back.NAME)
-    config = problem.backend_config()
-    _check_enumerable(back.NAME, config, "enum")
-    params = dict(result.raw_params)
+    twin_guides = getattr(spec.twin(result.backend), "ENUMERATED_GUIDES", ())
+    guide = next(g for g in spec.guides if g in twin_guides)
+    engine = _evaluation_engine(result, data, guide, "enum", seed)
+    return engine.elbo(engine.initial_state(), num_particles=num_particles, seed=seed)
 
-    engine = back.SVIEngine(
-        spec.build_model(back.NAME, config, params),
-        twin.make_guide("enum", config, params),
-        problem.backend_data(),
-        config,
-        elbo="enum",
-        lr=1e-3,
-        num_particles=1,
-        seed=seed,
-        device=problem.device,
+
+def fresh_elbo(result, data, num_particles: int) -> float:
+    """A fresh Monte-Carlo ELBO of a fitted SVI run with its own guide, in nats (sum over
+    points)."""
+    engine = _evaluation_engine(
+        result, data, result.guide, result.options.get("elbo", "trace"), result.seed
     )
-    return engine.elbo(num_particles=num_particles, seed=seed)
+    return engine.elbo(engine.initial_state(), num_particles=num_particles, seed=result.seed)

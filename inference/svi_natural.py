@@ -12,8 +12,9 @@ With ``tau >= 0`` and ``kappa`` in (0.5, 1] the steps satisfy the Robbins-Monro 
 iteration converges to a local optimum of the full-data ELBO (a fixed point of CAVI); ``kappa=0``
 gives ``rho = 1``, and with ``batch_size`` the whole data that is exactly CAVI.
 
-It runs on the model's closed-form hooks (``init_natural_state``, ``natural_step``, written once
-against the array namespace, jit-compiled on JAX), so both backends run the same update. Data
+It runs on the natural-gradient steps of the model's closed-form updates (a
+``zoo.ClosedFormUpdates`` with ``natural_gradient=True``, written once against the array
+namespace, jit-compiled on JAX), so both backends run the same update. Data
 come from ``inference.streaming``: arrays in memory, memory-mapped files or a stream of
 minibatches. The objective recorded per step is the minibatch's unbiased estimate of the
 ELBO (nats, summed over the full data); ``full_elbo`` evaluates the exact one.
@@ -21,22 +22,37 @@ ELBO (nats, summed over the full data); ``full_elbo`` evaluates the exact one.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from inference.algorithm import Info, Problem
+from inference import streaming
+from inference.algorithm import Algorithm, Info, Problem, Traits
+from inference.backends import get_backend
 from inference.closed_form import decode_inner, encode_inner
-from inference.initialization import initial_responsibilities
+from zoo import get_model
 
 
-@dataclass
+@dataclass(frozen=True)
+class NaturalOptions:
+    """``step_size``: ``(tau, kappa)`` of the Robbins-Monro step ``rho_t = (t + tau) ** -kappa``;
+    ``batch_size``: the minibatch (default: the whole data)."""
+
+    step_size: Any = (1.0, 0.7)
+    batch_size: int | None = None
+
+    def __post_init__(self):
+        check_step_size(self.step_size)
+
+
+@dataclass(frozen=True)
 class NaturalState:
     problem: Problem
     source: Any  # inference.streaming.ArraySource or StreamSource
-    inner: Any  # {"q", "theta", "raw"} (backend arrays)
-    shift: Any  # the centre every minibatch's features share (backend array)
+    inner: Any  # the updates' natural-gradient state (backend arrays)
+    context: Any  # what every minibatch is read with (a mixture's centre), backend arrays
     update: Any  # the compiled step
     tau: float
     kappa: float
@@ -58,36 +74,59 @@ def check_step_size(step_size) -> tuple[float, float]:
     return tau, kappa
 
 
-class NaturalGradientAlgorithm:
+class NaturalGradientSVI(Algorithm):
     name = "svi-natural"
-    objective = "elbo"
-    default_dtype = "float64"
+    Options = NaturalOptions
+    traits = Traits(
+        stochastic=True,
+        minibatch=True,
+        num_steps=1000,
+        tol=None,
+        objective="ELBO",
+        advice="Lower the step size (a larger tau or kappa).",
+    )
 
-    def supports(self, spec, backend: str) -> bool:
-        if spec.closed_form is None or "cavi" not in spec.algorithms:
-            return False
-        return hasattr(spec.closed_form_module(), "natural_step")
+    def unsupported(self, spec) -> str | None:
+        updates = spec.updates
+        if updates is None or not updates.natural_gradient:
+            return (
+                f"model {spec.name!r} declares no natural-gradient steps "
+                "(ClosedFormUpdates(natural_gradient=True))"
+            )
+        return None
 
-    def init(self, problem: Problem, *, source, init="kmeans", step_size=(1.0, 0.7)):
-        tau, kappa = check_step_size(step_size)
-        module = problem.spec.closed_form_module()
-        back, ops = problem.backend, problem.backend.ops
-        config = problem.backend_config()
-        x0 = problem.data["x"]  # the whole data in memory, else the first minibatch
-        resp = initial_responsibilities(x0, problem.config.K, init, problem.seed)
-        cache = module.init_cache(back.asarray(x0, problem.device, problem.dtype), config, ops)
-        scale = problem.num_data / len(x0)
-        inner = module.init_natural_state(
-            back.asarray(resp, problem.device, problem.dtype), cache, config, ops, scale
+    def init(self, problem: Problem, options: NaturalOptions) -> NaturalState:
+        tau, kappa = check_step_size(options.step_size)
+        source = problem.source
+        if source is None:  # data in memory: minibatches of the arrays
+            source = streaming.make_source(
+                problem.spec,
+                problem.data,
+                batch_size=options.batch_size,
+                num_data=None,
+                seed=problem.seed,
+                num_steps=problem.num_steps,
+            )
+        updates, back = problem.spec.updates, problem.backend
+        xp, config = back.ops, problem.backend_config()
+        first = problem.data  # the whole data in memory, else the first minibatch
+        start = updates.initial_point(
+            problem.spec.name, first, problem.config, problem.init, problem.seed
         )
-        shift = cache["shift"]
+        scale = problem.num_data / len(next(iter(first.values())))
+        inner, context = updates.init_natural(
+            problem.backend_data(),
+            None if start is None else back.asarray(start, problem.device, problem.dtype),
+            config,
+            xp,
+            scale,
+        )
 
-        def step(inner, x, rho, scale):
-            batch_cache = module.init_cache(x, config, ops, shift)
-            return module.natural_step(inner, batch_cache, config, ops, rho, scale)
+        def step(inner, batch, rho, scale):
+            return updates.natural_step(inner, context, batch, config, xp, rho, scale)
 
         return NaturalState(
-            problem, source, inner, shift, back.compile_step(step), tau=tau, kappa=kappa
+            problem, source, inner, context, back.compile_step(step), tau=tau, kappa=kappa
         )
 
     def step_size(self, state: NaturalState, step: int) -> float:
@@ -95,83 +134,66 @@ class NaturalGradientAlgorithm:
 
     def step(self, state: NaturalState):
         p = state.problem
-        x = state.source.batch(state.step)["x"]
+        batch = state.source.batch(state.step)
         rho = self.step_size(state, state.step)
+        rows = len(next(iter(batch.values())))
         inner, objective = state.update(
-            state.inner, p.backend.asarray(x, p.device, p.dtype), rho, p.num_data / len(x)
+            state.inner,
+            {k: p.backend.asarray(v, p.device, p.dtype) for k, v in batch.items()},
+            rho,
+            p.num_data / rows,
         )
-        new = NaturalState(
-            p, state.source, inner, state.shift, state.update, state.tau, state.kappa
-        )
-        new.step = state.step + 1
+        new = dataclasses.replace(state, inner=inner, step=state.step + 1)
         return new, Info(objective=float(objective))
 
     def get_params(self, state: NaturalState) -> dict[str, np.ndarray]:
-        module = state.problem.spec.closed_form_module()
-        raw = module.raw_params(state.inner, {"shift": state.shift}, state.problem.backend.ops)
-        return {k: state.problem.backend.to_numpy(v) for k, v in raw.items()}
+        backend = state.problem.backend
+        raw = state.problem.spec.updates.natural_raw_params(state.inner, state.context, backend.ops)
+        return {k: backend.to_numpy(v) for k, v in raw.items()}
 
     def state_dict(self, state: NaturalState):
-        return encode_inner(state.problem, {**state.inner, "shift": state.shift}, state.step)
+        # "shift": the name checkpoints have given the context since they were first written.
+        return encode_inner(state.problem, {**state.inner, "shift": state.context}, state.step)
 
     def load_state_dict(self, state: NaturalState, skeleton, arrays) -> NaturalState:
-        p = state.problem
-        inner = decode_inner(p, skeleton, arrays)
-        shift = inner.pop("shift")
-        new = NaturalState(p, state.source, inner, shift, state.update, state.tau, state.kappa)
-        new.step = int(skeleton["step"])
-        return new
+        inner = decode_inner(state.problem, skeleton, arrays)
+        context = inner.pop("shift")
+        return dataclasses.replace(state, inner=inner, context=context, step=int(skeleton["step"]))
 
+    def record(self, options: NaturalOptions, state: NaturalState) -> dict:
+        tau, kappa = check_step_size(options.step_size)
+        return {"batch_size": state.source.batch_size, "step_size": [tau, kappa]}
 
-ALGORITHM = NaturalGradientAlgorithm()
+    def extendable(self, state: NaturalState) -> bool:
+        return False
+
+    def posterior_family(self, result) -> str:
+        return get_model(result.model).updates.posterior_family
 
 
 def full_elbo(result, data, backend: str | None = None, chunk: int = 100_000) -> float:
-    """The exact ELBO (nats, summed over ``data``) of a fitted ``cavi`` or ``svi-natural`` result,
-    with q(z) optimal given the fitted global factors; ``data`` is read in chunks (a memory-mapped
-    array is fine)."""
-    from inference.api import get_backend
-    from zoo import get_model
-
+    """The exact ELBO (nats, summed over ``data``) of a fitted result of closed-form updates that
+    ascend the ELBO (coordinate-ascent or natural-gradient VI), with q(z) optimal given the
+    fitted global factors; ``data`` is read in chunks (a memory-mapped array is fine)."""
     spec = get_model(result.model)
-    module = spec.closed_form_module()
     back = get_backend(backend or result.backend)
-    ops, device = back.ops, back.resolve_device("cpu")
-    x = data["x"] if isinstance(data, dict) else data
+    device = back.resolve_device("cpu")
+    if not isinstance(data, dict):  # one array, for a model with one data key
+        (key,) = spec.data
+        data = {key: data}
     config = back.backend_config(result.config, device, "float64")
-    raw = result.raw_params
-    # The globals in a centre of our choosing: the fitted means' mean (any centre gives the same).
-    shift = np.asarray(raw["mean_loc"]).mean(axis=0)
-    cache0 = module.init_cache(
-        back.asarray(x[:1], device, "float64"), config, ops, back.asarray(shift, device, "float64")
+    num_rows = len(next(iter(data.values())))
+
+    def chunks():
+        for start in range(0, num_rows, chunk):
+            yield {k: np.asarray(v[start : start + chunk]) for k, v in data.items()}
+            for v in data.values():
+                streaming.release(v)
+
+    return spec.updates.exact_elbo(
+        result.raw_params,
+        config,
+        chunks(),
+        back.ops,
+        lambda a: back.asarray(a, device, "float64"),
     )
-    q = _q_from_raw(raw, shift, back, device)
-    theta = module.log_rho_coefficients(q, cache0, config, ops)
-    state = {"q": q, "theta": theta}
-    total, kl = 0.0, None
-    from inference.streaming import release
-
-    for start in range(0, len(x), chunk):
-        rows = back.asarray(np.asarray(x[start : start + chunk]), device, "float64")
-        cache = module.init_cache(rows, config, ops, cache0["shift"])
-        part, kl = module.elbo_terms(state, cache, config, ops)
-        total += float(part)
-        release(x)
-    return total - float(kl)
-
-
-def _q_from_raw(raw, shift, back, device) -> dict:
-    """The closed form's q from raw parameters (``raw_params``'s inverse)."""
-    tril = np.asarray(raw["scale_tril"])
-    scale = tril @ np.swapaxes(tril, -1, -2)
-    q = {
-        "mean_precision": raw["mean_precision"],
-        "means": np.asarray(raw["mean_loc"]) - shift,
-        "dof": raw["dof"],
-        "scale": scale,
-        "logdet_scale": 2.0 * np.log(np.diagonal(tril, axis1=-2, axis2=-1)).sum(-1),
-    }
-    for key in ("stick_a", "stick_b", "weight_concentration"):
-        if key in raw:
-            q[key] = raw[key]
-    return {k: back.asarray(v, device, "float64") for k, v in q.items()}

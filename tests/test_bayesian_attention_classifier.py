@@ -138,13 +138,14 @@ def test_kl_weight_schedule():
     # SVI applies the twin's schedule: the value it passes at each step is the warm-up's.
     import inference
     from inference.algorithm import Problem
-    from inference.svi import ALGORITHM
 
+    svi = inference.get_algorithm("svi")
     back = inference.get_backend("pyro")
     problem = Problem(
-        SPEC, SPEC.validate_data(data), warm, back, back.resolve_device("cpu"), "float32", 0
-    )
-    state = ALGORITHM.init(problem, num_steps=1000)
+        SPEC, SPEC.validate_data(data), warm, back, back.resolve_device("cpu"), "float32", 0,
+        num_steps=1000,
+    )  # fmt: skip
+    state = svi.init(problem, svi.options({}))
     np.testing.assert_allclose([state.schedule(s) for s in (0, 100, 500)], [0.05, 0.5, 0.5])
 
 

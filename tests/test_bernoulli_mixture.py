@@ -393,7 +393,7 @@ def test_cross_attention_training_improves_its_objective_and_checks_inputs():
 
 
 def test_random_from_data_init_assigns_each_point_to_its_nearest_drawn_centre():
-    from inference.initialization import initial_responsibilities
+    from zoo.initialization import initial_responsibilities
 
     x = bm.make_data(np.random.default_rng(7), 200)["x"].astype(float)
     resp = initial_responsibilities(x, 4, "random_from_data", seed=3)

@@ -1,11 +1,13 @@
-"""Every registered model meets the zoo's contract (zoo.testing), on every algorithm it supports.
+"""Every registered model meets the zoo's contract, on every algorithm that supports it.
 
-These are the checks ``zoo.testing.check_model(spec)`` runs and reports on one model.
+These are the checks ``inference.conformance.check_model(spec)`` runs and reports on one model:
+the registration and log-joint checks of ``zoo.testing``, and a short fit per algorithm.
 """
 
 import pytest
 
 import zoo
+from inference import conformance
 from zoo import testing
 
 MODELS = zoo.list_models()
@@ -23,7 +25,11 @@ def test_twins_trace_with_same_sites_and_log_joint(name):
 
 @pytest.mark.parametrize(
     "name,algorithm,backend",
-    [(m, a, b) for m in MODELS for a, b in testing.supported_runs(zoo.get_model(m, check=False))],
+    [
+        (m, a, b)
+        for m in MODELS
+        for a, b in conformance.supported_runs(zoo.get_model(m, check=False))
+    ],
 )
 def test_objective_improves_and_to_arviz(name, algorithm, backend):
-    testing.check_algorithm_improves(zoo.get_model(name), algorithm, backend)
+    conformance.check_algorithm_improves(zoo.get_model(name), algorithm, backend)

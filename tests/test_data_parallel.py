@@ -113,5 +113,5 @@ def test_pyro_data_parallel_needs_a_group(gmm_data, monkeypatch):
         inference.fit(
             "bayesian_gmm", {"x": gmm_data}, "svi", "pyro", K=3, num_steps=1, data_parallel=True
         )
-    with pytest.raises(ValueError, match="data_parallel= is an SVI option"):
+    with pytest.raises(ValueError, match="data_parallel= is an option of algorithm 'svi'"):
         inference.fit("bayesian_gmm", {"x": gmm_data}, "cavi", K=3, data_parallel=True)

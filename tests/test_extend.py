@@ -1,5 +1,5 @@
 """Extending the zoo from outside: the example plugin of ``examples/extend`` is pip-installed,
-found through its ``zoo.models`` entry point, passes ``zoo.testing.check_model``, and every
+found through its ``zoo.models`` entry point, passes ``inference.conformance.check_model``, and every
 algorithm it supports lands on its closed-form posterior on both backends. Then the errors an
 extender meets: a missing backend, twins that disagree, a guide that misses a latent site, a
 taken name, a broken plugin."""
@@ -20,10 +20,12 @@ from scipy.stats import multivariate_normal
 
 import inference
 import zoo
-from zoo import ModelSpecError, testing
+from inference import conformance
+from zoo import ModelSpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_SOURCE = ROOT / "examples" / "extend"
+ALGORITHM_SOURCE = ROOT / "examples" / "extend_algorithm"
 MODEL = "bayesian_linear_regression"
 
 
@@ -39,9 +41,9 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def plugin_path(tmp_path_factory):
-    """``pip install`` the example package, as its users do, into a folder of its own.
+def _pip_install(source_dir: Path, tmp: Path) -> Path:
+    """``pip install`` an example package, as its users do, into a folder of its own, and put
+    that folder on ``sys.path``.
 
     With ``--target`` the install lands beside the test environment instead of inside it, so
     nothing is left behind and other processes sharing the environment never see it; putting
@@ -49,10 +51,9 @@ def plugin_path(tmp_path_factory):
     distribution like any other, entry points included. The build runs offline in a copy of the
     sources (setuptools writes build/ and egg-info beside them).
     """
-    tmp = tmp_path_factory.mktemp("plugin")
     source = tmp / "source"
     shutil.copytree(
-        PLUGIN_SOURCE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+        source_dir, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
     )
     target = tmp / "site-packages"
     install = subprocess.run(
@@ -64,6 +65,13 @@ def plugin_path(tmp_path_factory):
     assert install.returncode == 0, f"pip install failed:\n{install.stdout}\n{install.stderr}"
     sys.path.insert(0, str(target))
     importlib.invalidate_caches()
+    return target
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory):
+    """The example model plugin, installed (``_pip_install``)."""
+    target = _pip_install(PLUGIN_SOURCE, tmp_path_factory.mktemp("plugin"))
     yield target
     sys.path.remove(str(target))
     for name in [m for m in sys.modules if m.split(".")[0] == "zoo_linear_regression"]:
@@ -90,16 +98,18 @@ def test_the_plugin_is_found_through_its_entry_point(plugin, plugin_path):
     module = sys.modules["zoo_linear_regression"]
     assert Path(module.__file__).is_relative_to(plugin_path)  # the installed copy
     # Every algorithm x backend it supports, which the fits below go through.
-    assert testing.supported_runs(plugin) == [
+    assert conformance.supported_runs(plugin) == [
         ("cavi", "pyro"),
         ("cavi", "numpyro"),
         ("svi", "pyro"),
         ("svi", "numpyro"),
+        ("svi-natural", "pyro"),
+        ("svi-natural", "numpyro"),
     ]
 
 
 def test_check_model_passes_on_the_plugin(plugin):
-    report = testing.check_model(MODEL)
+    report = conformance.check_model(MODEL)
     assert report.passed, str(report)
     assert [r.name for r in report.results] == [
         "registration",
@@ -108,8 +118,10 @@ def test_check_model_passes_on_the_plugin(plugin):
         "cavi/numpyro",
         "svi/pyro",
         "svi/numpyro",
+        "svi-natural/pyro",
+        "svi-natural/numpyro",
     ]
-    assert "6 passed, 0 failed" in str(report)
+    assert "8 passed, 0 failed" in str(report)
 
 
 def _kl_gaussians(mean_q, cov_q, mean_p, cov_p) -> float:
@@ -157,6 +169,31 @@ def test_every_algorithm_recovers_the_closed_form_posterior(
 
 
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_natural_gradient_svi_reaches_the_exact_posterior(plugin, regression_data, backend):
+    """Natural-gradient steps on the model's conjugate updates: with the whole data and
+    rho = 1 the first step lands on the exact posterior; on minibatches with decaying steps
+    the fit approaches it."""
+    from zoo_linear_regression.posterior import exact_posterior
+
+    mean, cov = exact_posterior(regression_data, plugin.prepare(regression_data))
+    one = inference.fit(
+        MODEL, regression_data, "svi-natural", backend, step_size=(0.0, 0.0), num_steps=1,
+        progress=False,
+    )  # fmt: skip
+    np.testing.assert_allclose(one.params["coef_mean"], mean, rtol=1e-10)
+    np.testing.assert_allclose(one.params["coef_covariance"], cov, rtol=1e-10)
+    cavi = inference.fit(MODEL, regression_data, "cavi", backend, progress=False)
+    assert abs(one.objective - cavi.objective) < 1e-8 * abs(cavi.objective)
+    batches = inference.fit(
+        MODEL, regression_data, "svi-natural", backend, batch_size=20, step_size=(1.0, 0.6),
+        num_steps=400, seed=1, progress=False,
+    )  # fmt: skip
+    sd = np.sqrt(np.diag(cov))
+    assert np.all(np.abs(batches.params["coef_mean"] - mean) < 0.5 * sd)
+    np.testing.assert_allclose(batches.params["coef_sd"], sd, rtol=0.1)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_mean_field_svi_gets_the_means_and_the_conditional_variances(
     plugin, regression_data, backend
 ):
@@ -201,18 +238,21 @@ def test_the_cli_lists_and_fits_the_plugin(plugin, plugin_path, regression_data,
     # A fresh process finds the installed plugin by its entry point alone.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_path), str(ROOT)])}
     out = subprocess.run(
-        [sys.executable, "-m", "zoo", "list", "--json"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "inference", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
     listed = {m["name"]: m for m in json.loads(out.stdout)}
     assert {"bayesian_gmm", MODEL} <= set(listed)
     assert listed[MODEL]["source"].startswith("plugin zoo-linear-regression")
-    assert listed[MODEL]["algorithms"] == ["cavi", "svi"]
+    assert listed[MODEL]["algorithms"] == ["cavi", "svi", "svi-natural"]
 
-    # `python -m zoo fit ...`, run in this process (zoo.cli.main) to spare a second start-up.
+    # `zoo fit ...`, run in this process (inference.cli.main) to spare a second start-up.
     from zoo_linear_regression.posterior import exact_posterior
 
-    from zoo.cli import main
+    from inference.cli import main
 
     path = tmp_path / "regression.npz"
     np.savez(path, **regression_data)
@@ -310,7 +350,7 @@ def test_a_guide_that_misses_a_latent_site_is_refused(monkeypatch, plugin):
         zoo.register(spec)
     assert "does not sample the latent site(s) ['coef']" in str(err.value)
     # check_model reports it as the registration failure and skips what would only repeat it.
-    report = testing.check_model(spec, algorithms=["cavi"])
+    report = conformance.check_model(spec, algorithms=["cavi"])
     assert [r.status for r in report.results] == ["fail", "skip", "skip", "skip"]
     assert "FAIL  registration" in str(report) and "['coef']" in str(report)
 
@@ -327,7 +367,7 @@ def test_check_model_says_which_contract_a_model_breaks(monkeypatch, plugin):
     """Same sites, different distributions (a precision read as a scale): registration passes,
     the log-joint check fails and says what to look for."""
     spec = _with_numpyro_twin(monkeypatch, plugin, "slipped", precision_as_scale=True)
-    report = testing.check_model(spec, algorithms=[], prior_precision=4.0)
+    report = conformance.check_model(spec, algorithms=[], prior_precision=4.0)
     assert not report.passed
     assert report["registration"].passed
     failure = report["twins_and_log_joint"]
@@ -367,3 +407,89 @@ def test_a_broken_plugin_warns_and_spares_the_rest(monkeypatch, tmp_path, plugin
     finally:
         if "mismatched_plugin" in zoo.list_models():
             zoo.unregister("mismatched_plugin")
+
+
+# --- An algorithm plugin: examples/extend_algorithm -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def restarts(tmp_path_factory):
+    """The example algorithm plugin, installed and found through its entry point."""
+    target = _pip_install(ALGORITHM_SOURCE, tmp_path_factory.mktemp("algorithm"))
+    assert {"cavi-restarts", "em-restarts"} <= set(inference.load_plugins())
+    yield target
+    sys.path.remove(str(target))
+    for name in ("cavi-restarts", "em-restarts"):
+        inference.unregister_algorithm(name)
+    for name in [m for m in sys.modules if m.split(".")[0] == "inference_restarts"]:
+        del sys.modules[name]
+
+
+def test_the_algorithm_plugin_is_found_through_its_entry_point(restarts):
+    assert {"cavi-restarts", "em-restarts"} <= set(inference.list_algorithms())
+    source = inference.registry.algorithm_source("cavi-restarts")
+    assert source.startswith("plugin inference-restarts 0.1.0")
+    assert Path(sys.modules["inference_restarts"].__file__).is_relative_to(restarts)
+    # It fits the built-in mixtures whose updates start from responsibilities, and says why not
+    # elsewhere.
+    runs = {m: inference.get_algorithm("cavi-restarts").supports(zoo.get_model(m)) for m in
+            ("bayesian_gmm", "gmm", "vae")}  # fmt: skip
+    assert runs == {"bayesian_gmm": True, "gmm": False, "vae": False}
+    with pytest.raises(ValueError, match="does not support algorithm 'em-restarts'"):
+        inference.fit("vae", {"x": np.zeros((4, 784))}, "em-restarts")
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+@pytest.mark.parametrize(
+    "model,algorithm,base",
+    [("bayesian_gmm", "cavi-restarts", "cavi"), ("gmm", "em-restarts", "em")],
+)
+def test_restarts_are_never_worse_than_their_first_start(restarts, backend, model, algorithm, base):
+    x = zoo.get_model(model).make_data(np.random.default_rng(1), 300)["x"]
+    kwargs = dict(K=6, num_steps=60, tol=0.0, progress=False, init="random_from_data")
+    plain = inference.fit(model, {"x": x}, base, backend, **kwargs)
+    best = inference.fit(model, {"x": x}, algorithm, backend, starts=3, **kwargs)
+    assert best.algorithm == algorithm and best.options["starts"] == 3
+    assert np.all(best.history["objective"] >= plain.history["objective"] - 1e-9)
+    # Its parameters are the best start's, in the model's own names: evaluation works as usual.
+    assert set(best.raw_params) == set(plain.raw_params)
+    assert np.all(np.isfinite(best.log_marginal_likelihood(x[:20], num_samples=10)))
+
+
+def test_a_restarted_run_resumes_to_the_same_result(restarts, tmp_path):
+    x = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(2), 200)["x"]
+    kwargs = dict(K=4, starts=2, tol=0.0, progress=False)
+    full = inference.fit(
+        "bayesian_gmm", {"x": x}, "cavi-restarts", "numpyro", num_steps=20, **kwargs
+    )
+    path = tmp_path / "run.zoo"
+    inference.fit(
+        "bayesian_gmm", {"x": x}, "cavi-restarts", "numpyro", num_steps=8, checkpoint=path,
+        **kwargs,
+    )  # fmt: skip
+    resumed = inference.fit(
+        "bayesian_gmm", {"x": x}, "cavi-restarts", "numpyro", num_steps=20, checkpoint=path,
+        resume=True, **kwargs,
+    )  # fmt: skip
+    np.testing.assert_array_equal(resumed.history["objective"], full.history["objective"])
+    for k, v in full.raw_params.items():
+        np.testing.assert_array_equal(resumed.raw_params[k], v)
+    with pytest.raises(inference.CheckpointError, match="its options"):
+        inference.fit(
+            "bayesian_gmm", {"x": x}, "cavi-restarts", "numpyro", num_steps=20,
+            checkpoint=path, resume=True, **{**kwargs, "starts": 3},
+        )  # fmt: skip
+
+
+def test_the_algorithm_plugin_passes_the_conformance_suite_and_the_cli(restarts, capsys):
+    report = conformance.check_model("gmm", algorithms=["em-restarts"], backends=["numpyro"])
+    assert report.passed, str(report)
+    assert [r.name for r in report.results][-1] == "em-restarts/numpyro"
+    with pytest.raises(ValueError, match="starts must be an int"):
+        inference.fit("gmm", {"x": np.ones((10, 2))}, "em-restarts", starts=0, K=2)
+    from inference.cli import main
+
+    assert main(["algorithms", "--json"]) == 0
+    listed = {a["name"]: a for a in json.loads(capsys.readouterr().out)}
+    assert listed["em-restarts"]["options"] == ["starts"]
+    assert listed["em-restarts"]["source"].startswith("plugin inference-restarts")

@@ -54,18 +54,18 @@ def test_a_fit_from_another_fits_params_leaves_them_alone(gmm_data, name):
 def test_svi_enum_elbo_parity(gmm_data):
     """Same guide parameters, same model: both backends estimate the same enumerated ELBO."""
     from inference.algorithm import Problem
-    from inference.svi import ALGORITHM
 
+    svi = inference.get_algorithm("svi")
     spec = zoo.get_model("bayesian_gmm")
     cfg = spec.prepare({"x": gmm_data}, K=4)
     values = []
     for b in ("pyro", "numpyro"):
         back = inference.get_backend(b)
-        st = ALGORITHM.init(
+        st = svi.init(
             Problem(spec, {"x": gmm_data}, cfg, back, back.resolve_device("cpu"), "float64", 0),
-            guide="enum",
+            svi.options({"guide": "enum"}),
         )
-        values.append(st.engine.elbo(num_particles=200, seed=0))
+        values.append(st.engine.elbo(st.params, num_particles=200, seed=0))
     assert abs(values[0] - values[1]) < 0.01 * abs(values[0])
 
 
@@ -204,8 +204,7 @@ def test_an_interrupt_inside_a_step_waits_for_the_step(tmp_path, gmm_data, monke
     import os
     import signal
 
-    from inference.svi import ALGORITHM
-
+    ALGORITHM = inference.get_algorithm("svi")
     kwargs = dict(algorithm="svi", backend="pyro", K=3, num_steps=8, tol=0.0, progress=False)
     full = inference.fit("bayesian_gmm", {"x": gmm_data}, **kwargs)
     step, calls = ALGORITHM.step, []
@@ -249,8 +248,7 @@ def _ctrl_c_in_step(monkeypatch, alg, at_call: int, times: int = 1):
 
 
 def test_an_interrupt_on_the_converging_step_keeps_its_bookkeeping(tmp_path, gmm_data, monkeypatch):
-    from inference.cavi import ALGORITHM
-
+    ALGORITHM = inference.get_algorithm("cavi")
     kwargs = dict(algorithm="cavi", backend="numpyro", K=3, num_steps=50, tol=1e-3, progress=False)
     full = inference.fit("bayesian_gmm", {"x": gmm_data}, **kwargs)
     assert full.converged
@@ -269,8 +267,7 @@ def test_an_interrupt_on_the_converging_step_keeps_its_bookkeeping(tmp_path, gmm
 
 
 def test_a_second_interrupt_stops_the_step_at_once(gmm_data, monkeypatch):
-    from inference.cavi import ALGORITHM
-
+    ALGORITHM = inference.get_algorithm("cavi")
     finished = _ctrl_c_in_step(monkeypatch, ALGORITHM, at_call=2, times=2)
     with pytest.raises(KeyboardInterrupt):
         inference.fit("bayesian_gmm", {"x": gmm_data}, "cavi", K=3, num_steps=5, tol=0.0)
@@ -486,7 +483,7 @@ def test_save_load_arviz_and_predictive(tmp_path, gmm_data):
 def test_nan_guard_keeps_last_good_params(gmm_data, monkeypatch):
     from inference.algorithm import Info
 
-    alg = inference.ALGORITHMS["cavi"]
+    alg = inference.get_algorithm("cavi")
     real_step = alg.step
 
     def step_that_fails_at_4(state):
@@ -532,7 +529,10 @@ def test_bad_input_is_a_clear_error(gmm_data, data, options, message):
 
 def test_cli_list_fit_and_compare(tmp_path, gmm_data):
     out = subprocess.run(
-        [sys.executable, "-m", "zoo", "list", "--json"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "inference", "list", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert {m["name"] for m in json.loads(out.stdout)} >= {"bayesian_gmm", "gmm"}
     path = tmp_path / "x.npy"
@@ -541,7 +541,7 @@ def test_cli_list_fit_and_compare(tmp_path, gmm_data):
         [
             sys.executable,
             "-m",
-            "zoo",
+            "inference",
             "fit",
             "bayesian_gmm",
             "--data",
@@ -560,7 +560,7 @@ def test_cli_list_fit_and_compare(tmp_path, gmm_data):
         [
             sys.executable,
             "-m",
-            "zoo",
+            "inference",
             "fit",
             "bayesian_gmm",
             "--data",
@@ -576,7 +576,7 @@ def test_cli_list_fit_and_compare(tmp_path, gmm_data):
         [
             sys.executable,
             "-m",
-            "zoo",
+            "inference",
             "compare",
             "bayesian_gmm",
             "--data",

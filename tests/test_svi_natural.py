@@ -77,7 +77,7 @@ def test_bad_input(gmm_data):
         fit("bayesian_gmm", {"x": gmm_data}, "svi-natural", step_size=(1.0, 2.0), K=3)
     with pytest.raises(TypeError, match="pair"):
         fit("bayesian_gmm", {"x": gmm_data}, "svi-natural", step_size=0.7, K=3)
-    with pytest.raises(ValueError, match="guide= is an SVI option"):
+    with pytest.raises(ValueError, match="guide= is an option of algorithm 'svi'"):
         fit("bayesian_gmm", {"x": gmm_data}, "svi-natural", guide="enum", K=3)
     with pytest.raises(ValueError, match="batch_size must be an int in the range"):
         fit("bayesian_gmm", {"x": gmm_data}, "svi-natural", batch_size=10**6, K=3)

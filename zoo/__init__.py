@@ -13,9 +13,12 @@ from __future__ import annotations
 import warnings
 
 from zoo.spec import BACKENDS, DataField, ModelSpec, ModelSpecError
+from zoo.testing import check_registration, check_spec
+from zoo.updates import ClosedFormUpdates
 
 __all__ = [
     "BACKENDS",
+    "ClosedFormUpdates",
     "ENTRY_POINT_GROUP",
     "DataField",
     "ModelSpec",
@@ -49,8 +52,8 @@ def register(spec: ModelSpec, *, replace: bool = False, check: bool = True) -> M
     """Add a model to the registry, after checking that it meets the zoo's contract.
 
     Always checked (cheap): ``spec`` is a ``ModelSpec``, its name is not taken (unless
-    ``replace=True``), it names a twin for every backend, and each algorithm it lists has what
-    it needs (``zoo.testing.check_spec``). With ``check=True`` (the default) both twins are also
+    ``replace=True``), it names a twin for every backend, and what it declares is consistent
+    (``zoo.testing.check_spec``). With ``check=True`` (the default) both twins are also
     imported and traced on a small data set from ``spec.make_data``: the same sample sites and
     plates, and every guide samples every latent site (``zoo.testing.check_registration``; it
     imports torch and JAX, about a second). ``check=False`` skips the tracing.
@@ -95,8 +98,6 @@ def get_model(name: str | ModelSpec, *, check: bool = True) -> ModelSpec:
     except KeyError:
         raise ValueError(f"Unknown model {name!r}; valid models are {list_models()}.") from None
     if check and name in _UNCHECKED:
-        from zoo.testing import check_registration
-
         _UNCHECKED.discard(name)  # the checks themselves may fetch the model
         try:
             check_registration(spec)
@@ -175,8 +176,6 @@ def _load_plugins_once() -> None:
 
 
 def _add(spec: ModelSpec, *, replace: bool, check: bool, source: str) -> None:
-    from zoo.testing import check_registration, check_spec
-
     if not isinstance(spec, ModelSpec):
         raise TypeError(f"register() takes a zoo.ModelSpec; got {type(spec).__name__}.")
     if spec.name in _REGISTRY and not replace:

@@ -6,7 +6,10 @@ tensors on the device of its inputs; ``JaxOps`` functions are pure and jit-compa
 
 from __future__ import annotations
 
+import dataclasses
 import math
+
+import numpy as np
 
 
 class TorchOps:
@@ -171,3 +174,13 @@ class JaxOps:
 
 
 LOG_2PI = math.log(2 * math.pi)
+
+
+def convert_config(config, to_array):
+    """A copy of a model config with its numpy arrays turned into backend arrays."""
+    changes = {
+        f.name: to_array(getattr(config, f.name))
+        for f in dataclasses.fields(config)
+        if isinstance(getattr(config, f.name), np.ndarray)
+    }
+    return dataclasses.replace(config, **changes)

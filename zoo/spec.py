@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from zoo.updates import ClosedFormUpdates
+
 BACKENDS = ("pyro", "numpyro")
 
 
@@ -26,6 +28,8 @@ class DataField:
     ndim: int
     kind: str = "f"  # numpy dtype kinds accepted: "f" float, "i" integer, "u" unsigned, "b" bool
     doc: str = ""
+    # 0/1 observations: SVI's dynamic_binarization may draw them afresh from grey levels.
+    binary: bool = False
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class ModelSpec:
     name : str
         Registry name, e.g. ``"bayesian_gmm"``.
     description : str
-        One line shown by ``python -m zoo list``.
+        One line shown by ``zoo list``.
     data : mapping of str to DataField
         The data keys the model takes, with rank and dtype kind.
     backends : mapping of str to str
@@ -47,20 +51,20 @@ class ModelSpec:
         ``make_guide(name, config, init)``.
     guides : tuple of str
         Guide names offered to SVI; the first is the default.
-    algorithms : tuple of str
-        Algorithms the model supports, e.g. ``("cavi", "svi")``.
     prepare : callable
         ``prepare(data: dict[str, np.ndarray], **options) -> Config``: validates the model options
         against the data and returns the model configuration (priors as numpy arrays).
-    closed_form : str, optional
-        Module path of the backend-generic closed-form updates (CAVI or EM) of a mixture, which
-        start from initial responsibilities shared with SVI (``init_cache(x, ...)``,
-        ``init_state(resp, ...)``; see ``inference.closed_form``).
-    conjugate_updates : str, optional
-        Module path of closed-form updates (CAVI or EM) for any other model: they start from the
-        data dict and the model's own starting point, ``init_cache(data, config, xp)``,
-        ``init_state(cache, config, xp)``, ``update(state, cache, config, xp)`` and
-        ``raw_params(state, cache, xp)`` (``docs/extending.md``). At most one of the two.
+    updates : ClosedFormUpdates, optional
+        The model's closed-form coordinate updates, written once against the array namespace:
+        what they ascend (the ELBO, or a log-likelihood or log joint) and where they start
+        (``zoo.updates``). The inference layer runs coordinate-ascent VI or EM on them.
+    maximum_likelihood_twin : str, optional
+        The registered name of this model without its priors (``"gmm"`` for ``"bayesian_gmm"``):
+        a comparison runs the algorithms that this model does not support, but the twin does
+        (maximum-likelihood EM), on the twin.
+    numerical_advice : str
+        What to try when a fit of this model turns non-finite, added to the algorithm's own
+        advice (a mixture: "raise reg_covar").
     make_data : callable, optional
         ``make_data(rng: np.random.Generator, n: int) -> dict``: a synthetic data set for tests and
         demos.
@@ -93,10 +97,10 @@ class ModelSpec:
     data: Mapping[str, DataField]
     backends: Mapping[str, str]
     guides: tuple[str, ...]
-    algorithms: tuple[str, ...]
     prepare: Callable[..., Any]
-    closed_form: str | None = None
-    conjugate_updates: str | None = None
+    updates: ClosedFormUpdates | None = None
+    maximum_likelihood_twin: str | None = None
+    numerical_advice: str = ""
     make_data: Callable[..., dict] | None = None
     summarize: Callable[..., dict] | None = None
     config_type: type | None = None
@@ -127,13 +131,6 @@ class ModelSpec:
         if hasattr(twin, "make_model"):
             return twin.make_model(config, init)
         return functools.partial(twin.model, init=init)
-
-    def closed_form_module(self) -> ModuleType:
-        """The module of closed-form updates: ``closed_form`` or ``conjugate_updates``."""
-        path = self.closed_form or self.conjugate_updates
-        if path is None:
-            raise ValueError(f"Model {self.name!r} has no closed-form updates.")
-        return importlib.import_module(path)
 
     def validate_data(self, data: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Check data against the contract; return it as numpy arrays.

@@ -1,52 +1,36 @@
-"""The contract every model of the zoo meets, as functions a test (or an extender) can call.
+"""The contract every model of the zoo meets on its own, as functions a test (or an extender)
+can call. Nothing here fits a model: the checks that do (a short fit with every algorithm that
+supports the model) are ``inference.conformance``, whose ``check_model`` runs these too.
 
-* :func:`check_model` runs the whole conformance suite on one model (what
-  ``tests/test_conformance.py`` runs on every registered model) and returns a
-  :class:`ConformanceReport` of what passes, what fails and why.
 * :func:`check_spec` checks the spec alone, with no imports; every registration runs it.
 * :func:`check_registration` also imports both twins and traces them on the spec's example data:
   the same sample sites and plates, and every guide samples every latent site. ``zoo.register``
   runs it by default, and a plugin's model gets it the first time it is fetched.
-* :func:`check_twins_and_log_joint` and :func:`check_algorithm_improves` are the checks of the
-  suite that need more than a trace: the same log-joint in both twins, and a short fit with each
-  algorithm.
+* :func:`check_twins_and_log_joint`: both twins give the same log-joint at the same point.
 
 Each check takes a :class:`~zoo.spec.ModelSpec` and raises ``ModelSpecError`` (registration) or
-``AssertionError`` (the rest) with a message that names the broken contract and how to fix it.
+``AssertionError`` with a message that names the broken contract and how to fix it.
 """
 
 from __future__ import annotations
 
-import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from zoo.array_namespace import TorchOps, convert_config
 from zoo.spec import BACKENDS, DataField, ModelSpec, ModelSpecError
+from zoo.updates import ClosedFormUpdates
+from zoo.weights import canonical_name
 
-#: What each check of :func:`check_model` requires, as its report states it.
-CONTRACTS = {
-    "registration": (
-        "a complete spec; both twins import and trace on make_data's data with the same sample "
-        "sites and plates; every guide samples every latent site"
-    ),
-    "twins_and_log_joint": "both twins give the same log-joint at the same point",
-    "fit": (
-        "a short fit runs, its objective is finite and improves, and it gives posterior draws "
-        "(to_arviz) or per-datum ELBOs"
-    ),
-}
 BACKEND_TITLES = {"pyro": "Pyro", "numpyro": "NumPyro"}
 
 
 def example_problem(spec: ModelSpec, n: int = 60, seed: int = 0, **options):
-    """Small data from the spec's generator, its config, and a start point for every backend."""
-    from inference.api import get_backend
-    from inference.closed_form import start_values
-    from inference.initialization import initial_responsibilities
-
+    """Small data from the spec's generator, its config, and a start point for every backend
+    (for updates that start from responsibilities, the guides' starting values after one update
+    from k-means responsibilities, as SVI starts; else None)."""
     if spec.make_data is None:
         raise ModelSpecError(
             f"{spec.name}: the spec needs make_data(rng, n) -> dict of arrays: the shared checks "
@@ -56,24 +40,42 @@ def example_problem(spec: ModelSpec, n: int = 60, seed: int = 0, **options):
     options = {**spec.example_options, **options}
     config = spec.prepare(data, **options)
     start = None
-    if spec.closed_form is not None:
-        back = get_backend("numpyro")
-        resp = initial_responsibilities(data["x"], config.K, "kmeans", seed)
-        start = start_values(spec, data["x"], resp, config, back, back.resolve_device("cpu"))
+    if spec.updates is not None:
+        resp = spec.updates.initial_point(spec.name, data, config, None, seed)
+        as_tensor = backend_arrays("pyro")
+        start = spec.updates.guide_start(
+            data,
+            resp,
+            convert_config(config, as_tensor),
+            TorchOps(),
+            as_tensor,
+            lambda t: t.numpy(),
+        )
     return data, config, start
+
+
+def backend_arrays(backend: str):
+    """numpy -> the backend's float64 CPU arrays: what the checks trace twins on."""
+    if backend == "pyro":
+        import torch
+
+        return lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)
+    import jax
+
+    # The twins are traced in float64, which JAX allows only with its process-wide 64-bit mode
+    # (the NumPyro backend of the inference layer turns it on as well).
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    return lambda a: jnp.asarray(np.asarray(a), dtype=jnp.float64)
 
 
 def _pyro_trace(spec, data, config, start, seed=0):
     import pyro
     import torch
 
-    from inference.api import get_backend
-
-    back = get_backend("pyro")
-    dev = back.resolve_device("cpu")
     pyro.clear_param_store()
-    tdata = {k: back.asarray(v, dev, "float64") for k, v in data.items()}
-    tconfig = back.backend_config(config, dev, "float64")
+    _, tdata, tconfig = _backend_problem("pyro", data, config)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = spec.build_model("pyro", tconfig, start)
@@ -86,12 +88,7 @@ def _numpyro_log_density(spec, data, config, start, values):
     import jax.numpy as jnp
     from numpyro.infer.util import log_density
 
-    from inference.api import get_backend
-
-    back = get_backend("numpyro")
-    dev = back.resolve_device("cpu")
-    jdata = {k: back.asarray(v, dev, "float64") for k, v in data.items()}
-    jconfig = back.backend_config(config, dev, "float64")
+    _, jdata, jconfig = _backend_problem("numpyro", data, config)
     params = {k: jnp.asarray(v) for k, v in values.items()}
     model = spec.build_model("numpyro", jconfig, start)
     logp, trace = log_density(model, (jdata, jconfig), {}, params)
@@ -118,8 +115,6 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
         raise AssertionError(
             f"{spec.name}: no twin for backend(s) {missing}; add them to backends."
         )
-    from inference.backends.pyro_backend import canonical_name
-
     data, config, start = example_problem(spec, **options)
     ptrace = _pyro_trace(spec, data, config, start)
     values = {
@@ -156,56 +151,12 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
         )
 
 
-def check_algorithm_improves(
-    spec: ModelSpec, algorithm: str, backend: str, num_steps: int = 40, **options
-) -> None:
-    """A short fit is finite, improves its objective, and gives an ``arviz.InferenceData``."""
-    import inference
-
-    data, _, _ = example_problem(spec, **options)
-    options = {**spec.example_options, **options}
-    res = inference.fit(
-        spec, data, algorithm, backend, num_steps=num_steps, tol=0.0, progress=False, **options
-    )
-    h = np.asarray(res.history["objective"])
-    if not np.all(np.isfinite(h)):
-        raise AssertionError(
-            f"{spec.name}/{algorithm}/{backend}: non-finite objective {h}. Check the data "
-            "scale, the guide's starting values and positivity constraints on scales."
-        )
-    window = max(1, len(h) // 4)
-    if not h[-window:].mean() > h[:window].mean():
-        raise AssertionError(
-            f"{spec.name}/{algorithm}/{backend}: the objective did not improve "
-            f"({h[:window].mean():.4f} -> {h[-window:].mean():.4f}) in {len(h)} steps. SVI: the "
-            "guide's parameters must reach the guide's sample sites and start away from the "
-            "optimum. Closed-form updates: update() returns the objective of the state it "
-            "starts from, and init_state() starts somewhere other than the optimum (e.g. the "
-            "prior)."
-        )
-    if spec.sample_posterior is None:  # local latents only: evaluate per datum instead
-        elbo = res.elbo(data, num_samples=2)
-        log_marginal = res.log_marginal_likelihood(data, num_samples=20)
-        n = len(next(iter(data.values())))
-        if elbo.shape != (n,) or not np.all(np.isfinite(log_marginal)):
-            raise AssertionError(
-                f"{spec.name}: elbo()/log_marginal_likelihood() must give finite (N,) arrays; "
-                f"got shapes {elbo.shape}, {log_marginal.shape}."
-            )
-        return
-    idata = res.to_arviz(num_samples=20)
-    if "posterior" not in idata.groups():
-        raise AssertionError(f"{spec.name}: to_arviz gave no posterior group.")
-
-
 # --- The spec alone -------------------------------------------------------------------------
 
 
 def check_spec(spec: ModelSpec) -> None:
     """The spec is complete and consistent; imports nothing of the model. Raises
     ``ModelSpecError`` listing every problem found, each with what to change."""
-    from inference.api import ALGORITHMS  # zoo does not import inference when it loads
-
     name = spec.name
     problems = []
     if not isinstance(name, str) or not name or any(c.isspace() for c in name):
@@ -233,30 +184,29 @@ def check_spec(spec: ModelSpec) -> None:
                 f"backends[{not_paths[0]!r}] must be a module path (a string, imported when the "
                 "backend is first used), not the module itself."
             )
-    unknown = sorted(set(spec.algorithms) - set(ALGORITHMS))
-    if not spec.algorithms or unknown:
-        problems.append(
-            f"algorithms must list some of {sorted(ALGORITHMS)}; got {list(spec.algorithms)}."
-        )
-    if not all(isinstance(g, str) for g in spec.guides):
+    if not isinstance(spec.guides, tuple) or not all(isinstance(g, str) for g in spec.guides):
         problems.append(f"guides must be a tuple of guide names; got {spec.guides!r}.")
-    elif "svi" in spec.algorithms and not spec.guides:
+    if spec.updates is not None:
+        if not isinstance(spec.updates, ClosedFormUpdates):
+            problems.append(
+                "updates must be a zoo.ClosedFormUpdates(module, objective=...) naming the "
+                f"closed-form updates; got {spec.updates!r}."
+            )
+        else:
+            problems.extend(spec.updates.problems())
+    if not spec.guides and spec.updates is None:
         problems.append(
-            "'svi' is listed in algorithms but guides is empty: name at least one guide that "
-            "the twins' make_guide(name, config, init) builds (the first is SVI's default)."
+            "nothing can fit this model: name its guides (for SVI) or its closed-form updates "
+            "(updates=zoo.ClosedFormUpdates(...), for coordinate-ascent VI or EM)."
         )
-    closed = [a for a in ("cavi", "em") if a in spec.algorithms]
-    if closed and spec.closed_form is None and spec.conjugate_updates is None:
+    twin = spec.maximum_likelihood_twin
+    if twin is not None and (not isinstance(twin, str) or twin == name):
         problems.append(
-            f"{closed} need closed-form updates: set conjugate_updates='my_package.closed_form' "
-            "(closed_form for a mixture whose updates start from responsibilities), or drop "
-            f"{closed} from algorithms."
+            "maximum_likelihood_twin must be the registered name of another model (this model "
+            f"without its priors); got {twin!r}."
         )
-    if spec.closed_form is not None and spec.conjugate_updates is not None:
-        problems.append(
-            "set closed_form (mixtures: updates started from shared responsibilities) or "
-            "conjugate_updates (any other model), not both."
-        )
+    if not isinstance(spec.numerical_advice, str):
+        problems.append("numerical_advice must be a string (a sentence of advice).")
     if not isinstance(spec.data, Mapping) or not spec.data:
         problems.append("data must map each data key to a zoo.DataField, e.g. {'x': DataField(2)}.")
     elif not all(isinstance(contract, DataField) for contract in spec.data.values()):
@@ -294,6 +244,8 @@ def check_registration(spec: ModelSpec, **options) -> None:
     """
     check_spec(spec)
     twins = {backend: _import_twin(spec, backend) for backend in BACKENDS}
+    if spec.updates is not None:
+        _check_updates_module(spec)
     try:
         data, config, start = example_problem(spec, **options)
     except ModelSpecError:
@@ -301,7 +253,7 @@ def check_registration(spec: ModelSpec, **options) -> None:
     except Exception as err:
         raise ModelSpecError(
             f"Model {spec.name!r}: the example problem could not be built: "
-            f"{_describe_error(err)}. make_data(rng, n) must return the data keys "
+            f"{describe_error(err)}. make_data(rng, n) must return the data keys "
             f"{sorted(spec.data)} for small n, and prepare(data, **example_options) must "
             "accept them."
         ) from err
@@ -329,7 +281,7 @@ def _import_twin(spec, backend):
     except Exception as err:
         raise ModelSpecError(
             f"Model {spec.name!r}: its {BACKEND_TITLES[backend]} twin {path!r} does not import: "
-            f"{_describe_error(err)}. backends holds module paths; check the path and that the "
+            f"{describe_error(err)}. backends holds module paths; check the path and that the "
             "module imports on its own (and is not named pyro.py or numpyro.py)."
         ) from err
     if not (hasattr(twin, "model") or hasattr(twin, "make_model")):
@@ -345,11 +297,31 @@ def _import_twin(spec, backend):
     return twin
 
 
+def _check_updates_module(spec) -> None:
+    """The module of ``spec.updates`` imports and defines what its declaration promises."""
+    updates = spec.updates
+    try:
+        module = updates.load()
+    except Exception as err:
+        raise ModelSpecError(
+            f"Model {spec.name!r}: its updates module {updates.module!r} does not import: "
+            f"{describe_error(err)}."
+        ) from err
+    missing = [name for name in updates.functions() if not callable(getattr(module, name, None))]
+    if missing:
+        raise ModelSpecError(
+            f"Model {spec.name!r}: its updates module {updates.module!r} does not define "
+            f"{missing}, which ClosedFormUpdates(start={updates.start!r}, "
+            f"natural_gradient={updates.natural_gradient}) calls (zoo.updates says what each "
+            "takes and returns)."
+        )
+
+
 def _svi_temperature(twin, guide, config):
     """The temperature SVI passes at its first step (``inference.svi``), so model and guide are
-    traced as SVI will call them: a relaxed (Gumbel-softmax) guide at its starting temperature,
-    a twin's own schedule at step 0, else None."""
-    if guide == "gumbel":
+    traced as SVI will call them: a relaxed (Gumbel-softmax) guide, one of the twin's
+    ``RELAXED_GUIDES``, at its starting temperature; a twin's own schedule at step 0; else None."""
+    if guide in getattr(twin, "RELAXED_GUIDES", ()):
         return 1.0
     if hasattr(twin, "temperature_schedule"):
         return twin.temperature_schedule(config, 1)(0)
@@ -357,12 +329,8 @@ def _svi_temperature(twin, guide, config):
 
 
 def _backend_problem(backend, data, config):
-    from inference.api import get_backend
-
-    back = get_backend(backend)
-    device = back.resolve_device("cpu")
-    arrays = {k: back.asarray(v, device, "float64") for k, v in data.items()}
-    return back, arrays, back.backend_config(config, device, "float64")
+    as_array = backend_arrays(backend)
+    return as_array, {k: as_array(v) for k, v in data.items()}, convert_config(config, as_array)
 
 
 def _traced(spec, backend, what, make, data, config, temperature) -> dict:
@@ -402,7 +370,7 @@ def _traced(spec, backend, what, make, data, config, temperature) -> dict:
     except Exception as err:
         raise ModelSpecError(
             f"Model {spec.name!r}: tracing the {what} of the {BACKEND_TITLES[backend]} twin "
-            f"({spec.backends[backend]}) on make_data's data failed: {_describe_error(err)}. "
+            f"({spec.backends[backend]}) on make_data's data failed: {describe_error(err)}. "
             "It is called as (data, config, temperature=...) with data and config converted to "
             "the backend's arrays (float64, CPU)."
         ) from err
@@ -506,7 +474,7 @@ def _twin_mismatch_message(spec, psig: dict, nsig: dict) -> str:
     )
 
 
-def _describe_error(err: BaseException) -> str:
+def describe_error(err: BaseException) -> str:
     """``Type: message (at file:line in function)``, the innermost frame, for reports."""
     frames = traceback.extract_tb(err.__traceback__)
     where = ""
@@ -514,137 +482,3 @@ def _describe_error(err: BaseException) -> str:
         frame = frames[-1]
         where = f" (at {frame.filename}:{frame.lineno} in {frame.name})"
     return f"{type(err).__name__}: {err}{where}"
-
-
-# --- The whole suite, as a report -----------------------------------------------------------
-
-
-def supported_runs(spec: ModelSpec, algorithms=None, backends=None) -> list[tuple[str, str]]:
-    """(algorithm, backend) pairs the spec supports, among ``algorithms`` (default: all of
-    ``inference.ALGORITHMS``) and ``backends`` (default: both)."""
-    from inference.api import ALGORITHMS
-
-    algorithms = list(ALGORITHMS) if algorithms is None else list(algorithms)
-    backends = list(BACKENDS) if backends is None else list(backends)
-    unknown = sorted(set(algorithms) - set(ALGORITHMS)) + sorted(set(backends) - set(BACKENDS))
-    if unknown:
-        raise ValueError(
-            f"Unknown algorithm(s) or backend(s) {unknown}; valid algorithms are "
-            f"{sorted(ALGORITHMS)}, valid backends {list(BACKENDS)}."
-        )
-    return [(a, b) for a in algorithms for b in backends if ALGORITHMS[a].supports(spec, b)]
-
-
-@dataclass
-class CheckResult:
-    """One check of :func:`check_model`: ``status`` is ``"pass"``, ``"fail"`` or ``"skip"``."""
-
-    name: str
-    contract: str
-    status: str
-    message: str = ""
-    seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "pass"
-
-
-@dataclass
-class ConformanceReport:
-    """What :func:`check_model` found. ``print(report)`` shows every check; ``report.passed``
-    is True when all passed; ``report.raise_for_failures()`` raises ``AssertionError`` with the
-    report (for a test)."""
-
-    model: str
-    results: list[CheckResult] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return all(r.passed for r in self.results)
-
-    @property
-    def failures(self) -> list[CheckResult]:
-        return [r for r in self.results if r.status == "fail"]
-
-    def __getitem__(self, name: str) -> CheckResult:
-        for result in self.results:
-            if result.name == name:
-                return result
-        raise KeyError(f"No check {name!r}; checks: {[r.name for r in self.results]}.")
-
-    def __str__(self) -> str:
-        counts = {s: sum(r.status == s for r in self.results) for s in ("pass", "fail", "skip")}
-        lines = [
-            f"check_model({self.model!r}): {counts['pass']} passed, {counts['fail']} failed, "
-            f"{counts['skip']} skipped"
-        ]
-        width = max((len(r.name) for r in self.results), default=0)
-        for r in self.results:
-            lines.append(
-                f"  {r.status.upper():<4}  {r.name:<{width}}  {r.seconds:6.1f} s  {r.contract}"
-            )
-            if r.status != "pass":
-                lines.extend(f"        {line}" for line in r.message.splitlines())
-        return "\n".join(lines)
-
-    def raise_for_failures(self) -> None:
-        if not self.passed:
-            raise AssertionError(str(self))
-
-
-def check_model(
-    spec: ModelSpec | str, *, algorithms=None, backends=None, num_steps: int = 40, **options
-) -> ConformanceReport:
-    """Run the zoo's conformance suite on one model and report every check.
-
-    The checks are those ``tests/test_conformance.py`` runs on every registered model:
-    ``registration`` (:func:`check_registration`), ``twins_and_log_joint``
-    (:func:`check_twins_and_log_joint`) and, for each (algorithm, backend) the spec supports
-    (:func:`supported_runs`, narrowed by ``algorithms`` and ``backends``), ``"algorithm/backend"``
-    (:func:`check_algorithm_improves` with ``num_steps``). ``options`` are model options for the
-    example problem (default: ``spec.example_options``). When registration fails the rest are
-    skipped: their failures would only repeat it. Never raises for a failing model; read the
-    report (``report.passed``, ``print(report)``).
-    """
-    if not isinstance(spec, ModelSpec):
-        from zoo import get_model
-
-        spec = get_model(spec, check=False)
-    checks = [
-        ("registration", CONTRACTS["registration"], lambda: check_registration(spec, **options)),
-        (
-            "twins_and_log_joint",
-            CONTRACTS["twins_and_log_joint"],
-            lambda: check_twins_and_log_joint(spec, **options),
-        ),
-    ]
-    for algorithm, backend in supported_runs(spec, algorithms, backends):
-        checks.append(
-            (
-                f"{algorithm}/{backend}",
-                CONTRACTS["fit"],
-                lambda a=algorithm, b=backend: check_algorithm_improves(
-                    spec, a, b, num_steps=num_steps, **options
-                ),
-            )
-        )
-    report = ConformanceReport(model=spec.name)
-    for name, contract, run in checks:
-        if report.results and report.results[0].status == "fail":
-            report.results.append(
-                CheckResult(name, contract, "skip", "skipped until the registration checks pass")
-            )
-            continue
-        start = time.perf_counter()
-        try:
-            run()
-            status, message = "pass", ""
-        except (AssertionError, ModelSpecError) as err:
-            status, message = "fail", str(err)
-        except Exception as err:
-            status, message = "fail", f"raised {_describe_error(err)}"
-        report.results.append(
-            CheckResult(name, contract, status, message, time.perf_counter() - start)
-        )
-    return report

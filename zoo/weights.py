@@ -12,6 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 
+def canonical_name(name: str) -> str:
+    """``pyro.module`` stores ``decoder$$$fc1.weight``; the zoo names it ``decoder.fc1.weight``."""
+    return name.replace("$$$", ".")
+
+
 def _check_shapes(name, description, expected: dict, got: dict) -> None:
     if expected != got:
         raise ValueError(

@@ -1,0 +1,15 @@
+"""Backend adapters: one module per backend (devices, arrays, seeding, the SVI engine), each
+imported only when a fit first asks for it, so a Pyro fit never imports JAX and the reverse."""
+
+from __future__ import annotations
+
+import importlib
+
+from zoo import BACKENDS
+
+
+def get_backend(name: str):
+    """The adapter module of backend ``name`` (``"pyro"`` or ``"numpyro"``)."""
+    if name not in BACKENDS:
+        raise ValueError(f"Unknown backend {name!r}; valid backends are {list(BACKENDS)}.")
+    return importlib.import_module(f"inference.backends.{name}_backend")

@@ -19,35 +19,25 @@ from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 
 from inference import learning_rate  # noqa: E402
 from inference.backends import tree_codec  # noqa: E402
-from inference.backends.common import check_dtype, convert_config  # noqa: E402
-from zoo.array_namespace import JaxOps  # noqa: E402
+from inference.backends.sites import data_plate_log_prob  # noqa: E402
+from zoo import devices  # noqa: E402
+from zoo.array_namespace import JaxOps, convert_config  # noqa: E402
 
 NAME = "numpyro"
 ops = JaxOps()
 
 
 def available_devices() -> list[str]:
-    return [f"{d.platform}:{d.id}" for d in jax.devices()] + ["cpu"]
+    return devices.available(NAME)
 
 
 def resolve_device(device: str = "cpu"):
     """``"cpu"``, ``"cuda"``/``"gpu"`` or ``"cuda:N"``, among the devices JAX has in this process."""
-    name, colon, index = str(device).partition(":")
-    if colon and not index.isdigit():
-        raise ValueError(f"Unknown device {device!r}; available: {available_devices()}.")
-    platform = {"cuda": "gpu", "gpu": "gpu", "cpu": "cpu"}.get(name)
-    try:
-        devices = jax.devices(platform) if platform else []
-    except RuntimeError:
-        devices = []
-    i = int(index) if index.isdigit() else 0
-    if not devices or i >= len(devices):
-        raise ValueError(f"Device {device!r} is not available; available: {available_devices()}.")
-    return devices[i]
+    return devices.resolve(NAME, device)
 
 
 def asarray(value, device, dtype: str):
-    return jax.device_put(jnp.asarray(np.asarray(value), dtype=check_dtype(dtype)), device)
+    return devices.asarray(NAME, value, device, dtype)
 
 
 def to_numpy(value) -> np.ndarray:
@@ -124,10 +114,11 @@ def _place_config(config, sharding):
 class SVIEngine:
     """``numpyro.infer.SVI`` with a jit-compiled update; the state is a pure pytree.
 
-    ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None); the
-    rows are gathered inside the compiled update, so the data stay on the device.
-    ``step(temperature, batch=...)`` trains on a minibatch given as backend arrays instead (data
-    that are not held in memory, ``inference.streaming``).
+    ``step(state, temperature, rows)`` returns the next state after a step on ``data``
+    restricted to ``rows`` (all rows if None); the rows are gathered inside the compiled update,
+    so the data stay on the device. ``step(state, temperature, batch=...)`` trains on a
+    minibatch given as backend arrays instead (data that are not held in memory,
+    ``inference.streaming``). States are NumPyro's SVI states, pytrees the engine never changes.
 
     With ``data_parallel=True`` the rows of every step are split over all ``jax.devices()``
     (``jax.sharding``: a one-axis mesh, data sharded on it, state and config replicated); the
@@ -173,13 +164,11 @@ class SVIEngine:
         # Stages run as a function of Adam's update count, which lives in the SVI state.
         step_size = lr.jax_schedule() if isinstance(lr, learning_rate.Stages) else lr
         self.svi = SVI(model, guide, numpyro.optim.Adam(step_size), self.loss)
-        self.state = self.svi.init(
-            jax.random.PRNGKey(seed), data, config, temperature=init_temperature
-        )
+        state = self.svi.init(jax.random.PRNGKey(seed), data, config, temperature=init_temperature)
         # Commit the initial state to the device: the update's outputs are committed, and an
         # uncommitted input would make the second call compile the update again.
-        self.state = jax.device_put(
-            self.state, device if self.shardings is None else self.shardings[1]
+        self._initial = jax.device_put(
+            state, device if self.shardings is None else self.shardings[1]
         )
 
         def update(state, data, rows, temperature):
@@ -191,9 +180,14 @@ class SVIEngine:
 
         self._update = jax.jit(update)
 
-    def step(self, temperature=None, rows=None, batch=None) -> float:
-        """One gradient step; a non-finite loss leaves the state as it was."""
-        data = self.data
+    def initial_state(self):
+        return self._initial
+
+    def step(self, state, temperature=None, rows=None, batch=None, data=None):
+        """One gradient step: ``(next state, ELBO estimate)``; after a non-finite loss the next
+        state is ``state``. ``data`` replaces the engine's data for this step (a fresh
+        binarization)."""
+        data = self.data if data is None else data
         if batch is not None:
             data = batch
             if self.shardings is not None:
@@ -201,18 +195,16 @@ class SVIEngine:
         if rows is not None:
             placement = self.device if self.shardings is None else self.shardings[1]
             rows = jax.device_put(rows, placement)
-        state, loss = self._update(self.state, data, rows, temperature)
+        new, loss = self._update(state, data, rows, temperature)
         loss = float(loss)
-        if np.isfinite(loss):
-            self.state = state
-        return -loss
+        return (new if np.isfinite(loss) else state), -loss
 
-    def params(self) -> dict[str, np.ndarray]:
-        return flatten_params(self.svi.get_params(self.state))
+    def params(self, state) -> dict[str, np.ndarray]:
+        return flatten_params(self.svi.get_params(state))
 
-    def elbo(self, num_particles: int, seed: int, temperature=None) -> float:
+    def elbo(self, state, num_particles: int, seed: int, temperature=None) -> float:
         loss = make_elbo(self.elbo_name, num_particles)
-        params = self.svi.get_params(self.state)
+        params = self.svi.get_params(state)
         value = loss.loss(
             jax.random.PRNGKey(seed),
             params,
@@ -224,20 +216,20 @@ class SVIEngine:
         )
         return -float(value)
 
-    def state_dict(self) -> tuple[dict, dict]:
-        leaves = jax.tree_util.tree_leaves(self.state)
+    def state_dict(self, state) -> tuple[dict, dict]:
+        leaves = jax.tree_util.tree_leaves(state)
         arrays: dict = {}
-        return {"leaves": tree_codec.encode(list(leaves), np.asarray, arrays, "svi")}, arrays
+        return {"leaves": tree_codec.encode(list(leaves), np.asarray, arrays, "state")}, arrays
 
-    def load_state_dict(self, skeleton, arrays) -> None:
-        leaves, treedef = jax.tree_util.tree_flatten(self.state)
+    def load_state_dict(self, state, skeleton, arrays):
+        leaves, treedef = jax.tree_util.tree_flatten(state)
         saved = tree_codec.decode(skeleton["leaves"], arrays, jnp.asarray)
         if len(saved) != len(leaves) or any(
             a.shape != b.shape for a, b in zip(saved, leaves, strict=True)
         ):
             raise ValueError("Checkpoint SVI state does not match this model and guide.")
         placement = self.device if self.shardings is None else self.shardings[1]
-        self.state = jax.device_put(jax.tree_util.tree_unflatten(treedef, saved), placement)
+        return jax.device_put(jax.tree_util.tree_unflatten(treedef, saved), placement)
 
 
 def as_params(params: dict, device, dtype: str) -> dict:
@@ -256,8 +248,6 @@ def log_importance_weights_fn(model_and_guide, config, device):
     arrays are arguments of the compiled function, so new parameters do not recompile it.
     """
     from numpyro import handlers
-
-    from inference.evaluation import data_plate_log_prob
 
     def one(key, data, params):
         model, guide = model_and_guide(params)

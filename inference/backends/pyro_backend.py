@@ -20,9 +20,11 @@ from pyro.infer import (
 
 from inference import learning_rate
 from inference.backends import tree_codec
-from inference.backends.common import check_dtype, convert_config
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
-from zoo.array_namespace import TorchOps
+from inference.backends.sites import data_plate_log_prob
+from zoo import devices
+from zoo.array_namespace import TorchOps, convert_config
+from zoo.weights import canonical_name
 
 NAME = "pyro"
 ops = TorchOps()
@@ -53,31 +55,16 @@ def init_data_parallel():
 
 
 def available_devices() -> list[str]:
-    return ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return devices.available(NAME)
 
 
 def resolve_device(device: str = "cpu") -> torch.device:
     """``"cpu"``, ``"cuda"`` or ``"cuda:N"``; a device that is not there is a clear error."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"Unknown device {device!r}; available: {available_devices()}.") from err
-    if dev.type == "cuda":
-        index = 0 if dev.index is None else dev.index
-        if index >= torch.cuda.device_count():
-            raise ValueError(
-                f"Device {device!r} is not available; available: {available_devices()}."
-            )
-        return torch.device("cuda", index)
-    if dev.type != "cpu":
-        raise ValueError(f"Unknown device {device!r}; available: {available_devices()}.")
-    return dev
+    return devices.resolve(NAME, device)
 
 
 def asarray(value, device, dtype: str):
-    return torch.as_tensor(
-        np.asarray(value), dtype=getattr(torch, check_dtype(dtype)), device=device
-    )
+    return devices.asarray(NAME, value, device, dtype)
 
 
 def to_numpy(value) -> np.ndarray:
@@ -145,11 +132,6 @@ def _positional(fn, keys, config):
     return call
 
 
-def canonical_name(name: str) -> str:
-    """``pyro.module`` stores ``decoder$$$fc1.weight``; the zoo names it ``decoder.fc1.weight``."""
-    return name.replace("$$$", ".")
-
-
 def _fusable(params) -> bool:
     """Whether torch's fused Adam takes these parameters: floating point, on a CPU or GPU."""
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
@@ -167,8 +149,11 @@ class SVIEngine:
     Every parameter must exist after the first evaluation of the loss (true of the zoo's
     models). Pyro keeps parameters in one global store, so one Pyro fit runs at a time in a
     process.
-    ``step(temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if None);
-    ``step(temperature, batch=...)`` on a minibatch given as tensors (``inference.streaming``).
+    ``step(state, temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if
+    None); ``step(state, temperature, batch=...)`` on a minibatch given as tensors
+    (``inference.streaming``). The engines of both backends take and return a state; Pyro's
+    parameters and optimiser live in torch tensors that a step updates in place, so its state is
+    always None and the methods read the parameter store.
 
     Pyro's validation (on unless switched off) checks the model and guide at their first
     evaluation, here in the constructor; the steps run without it: the zoo's models have a
@@ -245,16 +230,21 @@ class SVIEngine:
         if "cuda" in state:
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
-    def batch(self, rows):
-        if rows is None:
-            return self.data
-        index = torch.as_tensor(rows, device=self.device)
-        return {k: v.index_select(0, index) for k, v in self.data.items()}
+    def initial_state(self):
+        return None
 
-    def step(self, temperature=None, rows=None, batch=None) -> float:
-        """One gradient step; a non-finite loss leaves the parameters as they were."""
+    def batch(self, rows, data=None):
+        data = self.data if data is None else data
+        if rows is None:
+            return data
+        index = torch.as_tensor(rows, device=self.device)
+        return {k: v.index_select(0, index) for k, v in data.items()}
+
+    def step(self, state=None, temperature=None, rows=None, batch=None, data=None):
+        """One gradient step: ``(None, ELBO estimate)``; a non-finite loss leaves the parameters
+        as they were. ``data`` replaces the engine's data for this step (a fresh binarization)."""
         temperature = self._temperature(temperature)
-        data = self.batch(rows) if batch is None else batch
+        data = self.batch(rows, data) if batch is None else batch
         with self._rng(), pyro.validation_enabled(False):
             self._set_rng(self.rng_state)
             loss = self.loss.loss_and_grads(
@@ -272,7 +262,7 @@ class SVIEngine:
                 self.updates += 1
             self.optim.zero_grad(set_to_none=True)
             self.rng_state = self._get_rng()
-        return -loss  # the ELBO estimate
+        return None, -loss
 
     def _average_over_group(self, loss: float) -> float:
         """Average the gradients and the loss over the ``torch.distributed`` group, in place."""
@@ -306,12 +296,12 @@ class SVIEngine:
         dtype = next(iter(self.data.values())).dtype
         return torch.as_tensor(temperature, dtype=dtype, device=self.device)
 
-    def params(self) -> dict[str, np.ndarray]:
+    def params(self, state=None) -> dict[str, np.ndarray]:
         store = pyro.get_param_store()
         # Copies: a CPU tensor's numpy view would follow the optimiser's in-place updates.
         return {canonical_name(name): to_numpy(store[name]).copy() for name in store.keys()}
 
-    def elbo(self, num_particles: int, seed: int, temperature=None) -> float:
+    def elbo(self, state, num_particles: int, seed: int, temperature=None) -> float:
         """A fresh Monte-Carlo ELBO estimate at the current parameters (no gradient step)."""
         loss = make_elbo(self.elbo_name, num_particles)
         with self._rng(), torch.no_grad():
@@ -324,7 +314,7 @@ class SVIEngine:
                 temperature=self._temperature(temperature),
             )
 
-    def state_dict(self) -> tuple[dict, dict]:
+    def state_dict(self, state=None) -> tuple[dict, dict]:
         arrays: dict = {}
         store = pyro.get_param_store()
         unconstrained = {name: store._params[name] for name in store.keys()}
@@ -336,7 +326,7 @@ class SVIEngine:
         }
         return skeleton, arrays
 
-    def load_state_dict(self, skeleton, arrays) -> None:
+    def load_state_dict(self, state, skeleton, arrays) -> None:
         store = pyro.get_param_store()
         saved = tree_codec.decode(skeleton["params"], arrays, torch.as_tensor)
         if sorted(saved) != sorted(store.keys()):
@@ -370,8 +360,6 @@ def log_importance_weights_fn(model_and_guide, config, device):
     Particles are vectorised by a plate left of the model's ``data`` plate; parameters live in a
     scratch parameter store, so the user's store is left as it was.
     """
-    from inference.evaluation import data_plate_log_prob
-
     built = {}
 
     def run(data, params, seed: int, num_particles: int) -> np.ndarray:

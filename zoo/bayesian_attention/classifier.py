@@ -50,12 +50,13 @@ all in plate ``data``.
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from zoo import devices
+from zoo.array_namespace import convert_config
 from zoo.bayesian_attention._common import (
     ATTENTION_TYPES,
     PRIOR_TYPES,
@@ -390,8 +391,6 @@ def predict_proba(
     ndarray, shape (N, num_classes)
         Rows sum to one.
     """
-    from inference.api import get_backend
-
     if getattr(result, "model", None) != "bam_classifier":
         raise ValueError(
             "expected a FitResult of model 'bam_classifier'; got "
@@ -415,18 +414,18 @@ def predict_proba(
         raise ValueError("expected finite pixel values; got NaN or inf.")
     _check_images(x, config.image_size)
     backend = backend or result.backend
-    back = get_backend(backend)
-    twin = importlib.import_module(SPEC.backends[backend])
+    twin = SPEC.twin(backend)
     dtype = result.options.get("dtype", SPEC.dtype)
+    place = devices.resolve(backend, device)
     return twin.predict_proba(
         result.raw_params,
         x,
-        back.backend_config(config, back.resolve_device(device), dtype),
+        convert_config(config, lambda a: devices.asarray(backend, a, place, dtype)),
         num_samples=num_samples,
         method=method,
         seed=int(seed),
         batch_size=batch_size,
-        device=back.resolve_device(device),
+        device=place,
         dtype=dtype,
     )
 
@@ -443,7 +442,6 @@ SPEC = ModelSpec(
         "numpyro": "zoo.bayesian_attention.numpyro_classifier",
     },
     guides=("amortized",),
-    algorithms=("svi",),
     prepare=prepare,
     make_data=make_data,
     config_type=BAMClassifierConfig,

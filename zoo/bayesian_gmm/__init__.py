@@ -27,6 +27,10 @@ import numpy as np
 
 from zoo.bayesian_gmm import posterior
 from zoo.spec import DataField, ModelSpec
+from zoo.updates import ClosedFormUpdates
+
+#: What to try when a mixture's fit turns non-finite: a component's covariance went singular.
+MIXTURE_ADVICE = "Check the data scale and constant columns, raise reg_covar, or use float64."
 
 WEIGHT_PRIORS = ("dirichlet_process", "dirichlet_distribution")
 
@@ -196,9 +200,16 @@ SPEC = ModelSpec(
         "numpyro": "zoo.bayesian_gmm.numpyro_model",
     },
     guides=("enum", "gumbel"),  # the "cavi" guide (make_guide) is the CAVI posterior, not for SVI
-    algorithms=("cavi", "svi"),
     prepare=prepare,
-    closed_form="zoo.bayesian_gmm.closed_form",
+    updates=ClosedFormUpdates(
+        "zoo.bayesian_gmm.closed_form",
+        objective="elbo",
+        start="responsibilities",
+        family="cavi",  # the twins' guide of the CAVI posterior
+        natural_gradient=True,
+    ),
+    maximum_likelihood_twin="gmm",
+    numerical_advice=MIXTURE_ADVICE,
     make_data=make_data,
     summarize=summarize,
     config_type=BayesianGMMConfig,

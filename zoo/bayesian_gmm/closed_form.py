@@ -243,6 +243,11 @@ def natural_step(state, cache, config, xp, rho, scale):
     return {"q": q, "theta": theta, "raw": raw}, elbo
 
 
+def natural_raw_params(state, shift, xp) -> dict:
+    """``raw_params`` of a natural-gradient state whose minibatches are centred at ``shift``."""
+    return raw_params(state, {"shift": shift}, xp)
+
+
 def elbo_terms(state, cache, config, xp):
     """(sum_n log sum_k exp(phi_n . theta_k), KL of the globals) at the current q of the globals
     and the optimal q(z) of the rows in ``cache``: the ELBO is ``scale * first - second``."""
@@ -264,6 +269,34 @@ def raw_params(state, cache, xp) -> dict:
         if key in q:
             out[key] = q[key]
     return out
+
+
+def exact_elbo(raw: dict, config, chunks, xp, asarray) -> float:
+    """The exact ELBO (nats, summed over the rows of ``chunks``, dicts of numpy arrays) of the
+    fitted globals ``raw`` (``raw_params``), with q(z) optimal given them; ``asarray`` puts a
+    numpy array on the backend. The globals are centred on the fitted means' mean (any centre
+    gives the same ELBO)."""
+    shift = np.asarray(raw["mean_loc"]).mean(axis=0)
+    tril = np.asarray(raw["scale_tril"])
+    q = {
+        "mean_precision": raw["mean_precision"],
+        "means": np.asarray(raw["mean_loc"]) - shift,
+        "dof": raw["dof"],
+        "scale": tril @ np.swapaxes(tril, -1, -2),
+        "logdet_scale": 2.0 * np.log(np.diagonal(tril, axis1=-2, axis2=-1)).sum(-1),
+    }
+    for key in ("stick_a", "stick_b", "weight_concentration"):
+        if key in raw:
+            q[key] = raw[key]
+    q = {k: asarray(v) for k, v in q.items()}
+    state, total, kl = None, 0.0, 0.0
+    for rows in chunks:
+        cache = init_cache(asarray(rows["x"]), config, xp, asarray(shift))
+        if state is None:
+            state = {"q": q, "theta": log_rho_coefficients(q, cache, config, xp)}
+        part, kl = elbo_terms(state, cache, config, xp)
+        total += float(part)
+    return total - float(kl)
 
 
 def guide_init(raw: dict, resp) -> dict:

@@ -12,6 +12,8 @@ from zoo.distributions import RelaxedOneHotCategorical, StickBreakingCategorical
 from zoo.plates import numpyro_data_plate as data_plate
 
 ENUMERATED_GUIDES = ("enum",)
+# A relaxed one-hot z at a temperature that SVI anneals (its temperature= option).
+RELAXED_GUIDES = ("gumbel",)
 
 
 def _mixture_weights(config, like):

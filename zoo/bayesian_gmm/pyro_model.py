@@ -13,6 +13,8 @@ from zoo.torch_distributions import StickBreakingCategorical, Wishart
 from zoo.weights import pyro_param_init
 
 ENUMERATED_GUIDES = ("enum",)
+# A relaxed one-hot z at a temperature that SVI anneals (its temperature= option).
+RELAXED_GUIDES = ("gumbel",)
 
 
 def _mixture_weights(config, like, components):

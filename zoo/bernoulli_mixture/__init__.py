@@ -40,6 +40,7 @@ from zoo.bernoulli_mixture.completion import (
     multi_head_parameters,
 )
 from zoo.spec import DataField, ModelSpec
+from zoo.updates import ClosedFormUpdates
 
 __all__ = [
     "SPEC",
@@ -189,15 +190,20 @@ class BinaryDataSpec(ModelSpec):
 SPEC = BinaryDataSpec(
     name="bernoulli_mixture",
     description="Mixture of Bernoullis for binary data (images), MAP with Dirichlet/Beta priors",
-    data={"x": DataField(ndim=2, kind="fiub", doc="(N, D) binary observations, 0 or 1")},
+    data={
+        "x": DataField(ndim=2, kind="fiub", doc="(N, D) binary observations, 0 or 1", binary=True)
+    },
     backends={
         "pyro": "zoo.bernoulli_mixture.pyro_model",
         "numpyro": "zoo.bernoulli_mixture.numpyro_model",
     },
     guides=("enum",),
-    algorithms=("em", "svi"),
     prepare=prepare,
-    closed_form="zoo.bernoulli_mixture.closed_form",
+    updates=ClosedFormUpdates(
+        "zoo.bernoulli_mixture.closed_form", objective="log_joint", start="responsibilities"
+    ),
+    # A component's probabilities at exactly 0 or 1 make the log joint infinite.
+    numerical_advice="Keep probs_prior_a and probs_prior_b above 1, or use float64.",
     make_data=make_data,
     summarize=summarize,
     config_type=BernoulliMixtureConfig,

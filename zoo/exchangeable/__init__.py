@@ -81,6 +81,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zoo.exchangeable.generate import positive_int, simulate
 from zoo.exchangeable.posterior import (
     attention_log_posterior,
     attention_logits,
@@ -144,12 +145,6 @@ class ExchangeableConfig:
         return int(self.means.shape[1])
 
 
-def _positive_int(name, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an int in the range [1, inf); got {value!r}.")
-    return int(value)
-
-
 def _positive_float(name, value) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise TypeError(f"{name} must be a float; got {type(value).__name__}.")
@@ -162,7 +157,7 @@ def _positive_float(name, value) -> float:
 def default_means(K: int, dim: int, separation: float = 1.0) -> np.ndarray:
     """``K`` means evenly spaced on a circle of radius ``separation`` in the first two coordinates
     (on a line, centred, for ``dim == 1``); the other coordinates are zero. Returns (K, dim)."""
-    K, dim = _positive_int("K", K), _positive_int("dim", dim)
+    K, dim = positive_int("K", K), positive_int("dim", dim)
     separation = _positive_float("separation", separation)
     means = np.zeros((K, dim))
     if dim == 1:
@@ -297,9 +292,9 @@ def prepare(
                 f"means must be a finite (K, D) array with D = {dim} (the tokens' dimension); "
                 f"got shape {means.shape}."
             )
-        if K is not None and _positive_int("K", K) != len(means):
+        if K is not None and positive_int("K", K) != len(means):
             raise ValueError(f"K={K} does not match the {len(means)} means given.")
-    K = _positive_int("K", len(means))
+    K = positive_int("K", len(means))
     if weights is None:
         weights = np.full(K, 1.0 / K)
     else:
@@ -311,8 +306,8 @@ def prepare(
             )
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {list(OBJECTIVES)}; got {objective!r}.")
-    num_heads = _positive_int("num_heads", num_heads)
-    embed_dim = _positive_int("embed_dim", dim if embed_dim is None else embed_dim)
+    num_heads = positive_int("num_heads", num_heads)
+    embed_dim = positive_int("embed_dim", dim if embed_dim is None else embed_dim)
     if embed_dim % num_heads:
         raise ValueError(
             f"embed_dim must be divisible by num_heads; got embed_dim={embed_dim}, "
@@ -328,39 +323,6 @@ def prepare(
     )
     check_data(data, config)
     return config
-
-
-def simulate(
-    config: ExchangeableConfig,
-    rng: np.random.Generator,
-    num_sequences: int,
-    length: int,
-    min_length: int | None = None,
-):
-    """Draw ``num_sequences`` sequences from the generative model.
-
-    Every sequence has ``length`` tokens; with ``min_length``, each has its own length drawn
-    log-uniformly from ``[min_length, length]`` (as many sequences of 4 to 8 tokens as of 32 to
-    64), its tokens first and zeros after.
-
-    Returns ``{"x": (S, N, D) float64, "z": (S,) int64}``, plus ``"length": (S,) int64`` with
-    ``min_length``: the data of a supervised fit (drop ``z`` for the other objectives), or fresh
-    test sequences with their true latents.
-    """
-    num_sequences = _positive_int("num_sequences", num_sequences)
-    length = _positive_int("length", length)
-    z = rng.choice(config.K, size=num_sequences, p=config.weights)
-    noise = rng.standard_normal((num_sequences, length, config.dim))
-    out = {"x": config.means[z][:, None, :] + config.scale * noise, "z": z.astype(np.int64)}
-    if min_length is not None:
-        min_length = _positive_int("min_length", min_length)
-        if min_length > length:
-            raise ValueError(f"min_length must be <= length={length}; got {min_length}.")
-        u = rng.uniform(np.log(min_length), np.log(length + 1), size=num_sequences)
-        lengths = np.clip(np.floor(np.exp(u)), min_length, length).astype(np.int64)
-        out["x"] = np.where(np.arange(length)[:, None] < lengths[:, None, None], out["x"], 0.0)
-        out["length"] = lengths
-    return out
 
 
 #: The built-in data: K=3 components on a unit circle in 2-D, unit noise, 8 tokens a sequence.
@@ -414,7 +376,6 @@ SPEC = ExchangeableSpec(
         "numpyro": "zoo.exchangeable.numpyro_model",
     },
     guides=("attention",),
-    algorithms=("svi",),
     prepare=prepare,
     make_data=make_data,
     config_type=ExchangeableConfig,

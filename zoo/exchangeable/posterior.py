@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from zoo.attention import numpy_attention
+from zoo.exchangeable.generate import simulate
 
 PREFIX = "posterior."
 
@@ -303,8 +304,6 @@ def posterior_error(
     Returns ``{"length", "tv", "tv_sem", "kl"}``, arrays over ``lengths`` (``tv_sem``: standard
     error of the mean TV).
     """
-    from zoo.exchangeable import simulate
-
     lengths = np.asarray(lengths, dtype=int)
     if lengths.ndim != 1 or len(lengths) == 0 or lengths.min() < 1:
         raise ValueError(f"lengths must be a non-empty list of ints >= 1; got {lengths!r}.")

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zoo.bayesian_gmm import check_components, check_dim
+from zoo.bayesian_gmm import MIXTURE_ADVICE, check_components, check_dim
 from zoo.gmm import posterior
 from zoo.spec import DataField, ModelSpec
+from zoo.updates import ClosedFormUpdates
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,11 @@ SPEC = ModelSpec(
     data={"x": DataField(ndim=2, kind="f", doc="(N, D) observations")},
     backends={"pyro": "zoo.gmm.pyro_model", "numpyro": "zoo.gmm.numpyro_model"},
     guides=("enum",),
-    algorithms=("em", "svi"),
     prepare=prepare,
-    closed_form="zoo.gmm.closed_form",
+    updates=ClosedFormUpdates(
+        "zoo.gmm.closed_form", objective="log_likelihood", start="responsibilities"
+    ),
+    numerical_advice=MIXTURE_ADVICE,
     make_data=make_data,
     summarize=summarize,
     config_type=GMMConfig,

@@ -96,10 +96,13 @@ def make_data(rng: np.random.Generator, n: int = 200) -> dict:
 SPEC = ModelSpec(
     name="vae",
     description="Variational autoencoder for binary images, amortised Gaussian guide",
-    data={"x": DataField(ndim=2, kind="fiub", doc="(N, D) binary pixels, images flattened")},
+    data={
+        "x": DataField(
+            ndim=2, kind="fiub", doc="(N, D) binary pixels, images flattened", binary=True
+        )
+    },
     backends={"pyro": "zoo.vae.pyro_model", "numpyro": "zoo.vae.numpyro_model"},
     guides=("amortized",),
-    algorithms=("svi",),
     prepare=prepare,
     make_data=make_data,
     config_type=VAEConfig,

@@ -7,14 +7,20 @@ Generative process, for ``n = 1..N`` and ``D`` coefficients::
 
 ``x`` holds the covariates (put a column of ones in it for an intercept); ``noise_scale`` is
 known. The posterior of ``coef`` is Gaussian and known exactly (``posterior.exact_posterior``),
-which makes the model a yardstick: CAVI lands on the posterior in one update, and SVI with a
-full-rank Gaussian guide must approach it.
+which makes the model a yardstick: CAVI lands on the posterior in one update, natural-gradient
+SVI on minibatches approaches it, and SVI with a full-rank Gaussian guide must approach it.
 
 Sites: ``coef`` (latent, one event of size D) and ``y`` (observed, plate ``data``).
 
+The spec lists no algorithms: each algorithm decides from what the spec declares. The guides
+give SVI (``svi``); the closed-form updates in ``closed_form.py``, which ascend the ELBO, give
+coordinate-ascent VI (``cavi``); and their natural-gradient steps (``natural_gradient=True``)
+give natural-gradient SVI (``svi-natural``).
+
 The package declares ``SPEC`` under the entry-point group ``zoo.models`` (``pyproject.toml``);
-once the package is installed, ``zoo.list_models()``, ``inference.fit`` and ``python -m zoo``
-find the model with nothing imported by hand.
+once the package is installed, ``zoo.list_models()``, ``inference.fit`` and the ``zoo`` command
+(``python -m inference``) find the model with nothing imported by hand, and
+``inference.conformance.check_model("bayesian_linear_regression")`` checks it.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zoo import DataField, ModelSpec
+from zoo import ClosedFormUpdates, DataField, ModelSpec
 
 from . import posterior
 
@@ -96,11 +102,12 @@ SPEC = ModelSpec(
         "numpyro": "zoo_linear_regression.numpyro_model",
     },
     guides=("full_rank", "mean_field"),  # the first is SVI's default
-    algorithms=("cavi", "svi"),
     prepare=prepare,
-    # Not a mixture, so its closed-form updates go in conjugate_updates (closed_form is for
-    # updates that start from mixture responsibilities).
-    conjugate_updates="zoo_linear_regression.closed_form",
+    # Closed-form updates that ascend the ELBO: the zoo fits the model by coordinate-ascent VI
+    # (cavi); their natural-gradient steps (natural_gradient=True) add svi-natural.
+    updates=ClosedFormUpdates(
+        "zoo_linear_regression.closed_form", objective="elbo", natural_gradient=True
+    ),
     make_data=make_data,
     summarize=summarize,
     config_type=LinearRegressionConfig,

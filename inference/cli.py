@@ -1,4 +1,10 @@
-"""``python -m zoo``: list models, fit one, or compare algorithms, from the shell."""
+"""``zoo`` (or ``python -m inference``): list models and algorithms, fit a model, or compare
+algorithms, from the shell.
+
+Options the command does not know are the model's and the algorithm's own, passed to ``fit``
+by name: ``--K 8``, ``--weight-prior dirichlet_process``, ``--lr 0.01`` (a value is read as
+JSON, else as a string); ``--option NAME=VALUE`` says the same.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,16 @@ import json
 import sys
 
 import numpy as np
+
+import zoo
+from inference.api import fit
+from inference.compare import compare
+from inference.registry import (
+    algorithm_source,
+    first_supporting,
+    get_algorithm,
+    list_algorithms,
+)
 
 
 def _load_data(path, spec, seed):
@@ -28,31 +44,44 @@ def _load_data(path, spec, seed):
     )
 
 
-def _model_options(args):
-    """The model's own options: --K and --weight-prior (mixtures), and --option NAME=VALUE."""
+def _json_or_string(value: str):
+    try:
+        return json.loads(value)  # numbers, lists, true/false, null
+    except json.JSONDecodeError:
+        return value  # a plain string
+
+
+def _extra_options(args, extra: list[str]) -> dict:
+    """The model's and algorithm's options: ``--NAME VALUE`` (dashes read as underscores) and
+    ``--option NAME=VALUE``."""
     opts = {}
-    if args.K is not None:
-        opts["K"] = args.K
-    if args.weight_prior:
-        opts["weight_prior"] = args.weight_prior
+    i = 0
+    while i < len(extra):
+        flag = extra[i]
+        name, sep, value = flag[2:].partition("=")
+        if not flag.startswith("--") or not name:
+            raise ValueError(f"unexpected argument {flag!r}; options are --NAME VALUE.")
+        if not sep:
+            if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
+                raise ValueError(f"option {flag} needs a value.")
+            value, i = extra[i + 1], i + 1
+        opts[name.replace("-", "_")] = _json_or_string(value)
+        i += 1
     for item in args.option:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise ValueError(f"--option takes NAME=VALUE; got {item!r}.")
-        try:
-            opts[name] = json.loads(value)  # numbers, lists, true/false, null
-        except json.JSONDecodeError:
-            opts[name] = value  # a plain string
+        opts[name] = _json_or_string(value)
     return opts
 
 
 def main(argv=None) -> int:
-    import inference
-    import zoo
-
-    parser = argparse.ArgumentParser(prog="python -m zoo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="zoo", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the registered models").add_argument(
+        "--json", action="store_true"
+    )
+    sub.add_parser("algorithms", help="list the registered algorithms").add_argument(
         "--json", action="store_true"
     )
     for name in ("fit", "compare"):
@@ -64,10 +93,6 @@ def main(argv=None) -> int:
             "model's data keys; default: the model's built-in data",
         )
         p.add_argument(
-            "--K", type=int, help="mixtures: number of components (default: the model's, 10)"
-        )
-        p.add_argument("--weight-prior", choices=["dirichlet_process", "dirichlet_distribution"])
-        p.add_argument(
             "--option",
             action="append",
             default=[],
@@ -77,19 +102,46 @@ def main(argv=None) -> int:
         )
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--num-steps", type=int)
-        p.add_argument("--lr", type=float, help="SVI: Adam's learning rate (default 0.05)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "fit":
-            p.add_argument("--algorithm", default="cavi")
+            p.add_argument(
+                "--algorithm",
+                help="default: the model's own closed-form updates if it has them, else SVI",
+            )
             p.add_argument("--backend", default="numpyro")
             p.add_argument("--guide")
             p.add_argument("--device", default="cpu")
             p.add_argument("--save", help="write the fit to this file")
         else:
-            p.add_argument("--algorithms", default="cavi,em,svi")
+            p.add_argument(
+                "--algorithms", help="comma-separated (default: every one that fits the model)"
+            )
             p.add_argument("--backends", default="pyro,numpyro")
             p.add_argument("--plot", help="write objective-vs-time PNG here")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command not in ("fit", "compare"):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+
+    if args.command == "algorithms":
+        algorithms = [
+            {
+                "name": name,
+                "objective": get_algorithm(name).traits.objective,
+                "estimate": get_algorithm(name).traits.estimate,
+                "options": list(get_algorithm(name).option_names()),
+                "source": algorithm_source(name),
+            }
+            for name in list_algorithms()
+        ]
+        if args.json:
+            print(json.dumps(algorithms, indent=2))
+        else:
+            width = max(len(a["name"]) for a in algorithms)
+            for a in algorithms:
+                print(
+                    f"{a['name']:<{width}}  {a['estimate']:<9} {a['objective']:<15} {a['options']}"
+                )
+        return 0
 
     if args.command == "list":
         # Listing reads the specs only (check=False): plugins' twins are not imported.
@@ -98,7 +150,7 @@ def main(argv=None) -> int:
             {
                 "name": spec.name,
                 "description": spec.description,
-                "algorithms": list(spec.algorithms),
+                "algorithms": [a for a in list_algorithms() if get_algorithm(a).supports(spec)],
                 "guides": list(spec.guides),
                 "source": zoo.model_source(spec.name),
             }
@@ -120,19 +172,20 @@ def main(argv=None) -> int:
     try:
         spec = zoo.get_model(args.model)
         data = _load_data(args.data, spec, args.seed)
+        options = _extra_options(args, extra)
+        if getattr(args, "guide", None) is not None:
+            options["guide"] = args.guide
         if args.command == "fit":
-            res = inference.fit(
+            res = fit(
                 spec,
                 data,
-                args.algorithm,
+                args.algorithm or first_supporting(spec),
                 args.backend,
-                guide=args.guide,
                 device=args.device,
                 seed=args.seed,
                 num_steps=args.num_steps,
                 progress=not args.json,
-                **({} if args.lr is None else {"lr": args.lr}),
-                **_model_options(args),
+                **options,
             )
             if args.save:
                 res.save(args.save)
@@ -159,15 +212,14 @@ def main(argv=None) -> int:
                 for k, v in res.params.items():
                     print(f"{k}:\n{np.array2string(np.asarray(v), precision=3)}")
             return 0
-        table = inference.compare(
+        table = compare(
             spec,
             data,
-            args.algorithms.split(","),
+            None if args.algorithms is None else args.algorithms.split(","),
             args.backends.split(","),
             seeds=(args.seed,),
             num_steps=args.num_steps,
-            **({} if args.lr is None else {"lr": args.lr}),
-            **_model_options(args),
+            **options,
         )
         print(table.to_json() if args.json else table.to_markdown())
         if args.plot:

@@ -1,0 +1,216 @@
+"""The conformance suite: the contract every model of the zoo meets, checked by fitting it.
+
+* :func:`check_model` runs the whole suite on one model (what ``tests/test_conformance.py``
+  runs on every registered model) and returns a :class:`ConformanceReport` of what passes,
+  what fails and why: the registration checks and the twins' log-joint (``zoo.testing``), then
+  a short fit with every registered algorithm that supports the model, on both backends.
+* :func:`check_algorithm_improves` is one such fit: finite, improving where the algorithm's
+  traits say it must, and evaluable (posterior draws, or per-datum ELBOs).
+
+Each check raises ``ModelSpecError`` (registration) or ``AssertionError`` (the rest) with a
+message that names the broken contract and how to fix it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from inference.api import fit
+from inference.registry import get_algorithm, list_algorithms
+from zoo import BACKENDS, ModelSpec, ModelSpecError, get_model
+from zoo.testing import (
+    check_registration,
+    check_twins_and_log_joint,
+    describe_error,
+    example_problem,
+)
+
+#: What each check of :func:`check_model` requires, as its report states it.
+CONTRACTS = {
+    "registration": (
+        "a complete spec; both twins import and trace on make_data's data with the same sample "
+        "sites and plates; every guide samples every latent site"
+    ),
+    "twins_and_log_joint": "both twins give the same log-joint at the same point",
+    "fit": (
+        "a short fit runs, its objective is finite and improves, and it gives posterior draws "
+        "(to_arviz) or per-datum ELBOs"
+    ),
+}
+
+
+def check_algorithm_improves(
+    spec: ModelSpec, algorithm: str, backend: str, num_steps: int = 40, **options
+) -> None:
+    """A short fit is finite, improves its objective (where the algorithm's traits say it must),
+    and gives an ``arviz.InferenceData`` or per-datum ELBOs."""
+    data, _, _ = example_problem(spec, **options)
+    options = {**spec.example_options, **options}
+    res = fit(
+        spec, data, algorithm, backend, num_steps=num_steps, tol=0.0, progress=False, **options
+    )
+    h = np.asarray(res.history["objective"])
+    if not np.all(np.isfinite(h)):
+        raise AssertionError(
+            f"{spec.name}/{algorithm}/{backend}: non-finite objective {h}. Check the data "
+            "scale, the guide's starting values and positivity constraints on scales."
+        )
+    window = max(1, len(h) // 4)
+    must_improve = get_algorithm(algorithm).traits.must_improve
+    if must_improve and not h[-window:].mean() > h[:window].mean():
+        raise AssertionError(
+            f"{spec.name}/{algorithm}/{backend}: the objective did not improve "
+            f"({h[:window].mean():.4f} -> {h[-window:].mean():.4f}) in {len(h)} steps. SVI: the "
+            "guide's parameters must reach the guide's sample sites and start away from the "
+            "optimum. Closed-form updates: update() returns the objective of the state it "
+            "starts from, and init_state() starts somewhere other than the optimum (e.g. the "
+            "prior)."
+        )
+    if spec.sample_posterior is None:  # local latents only: evaluate per datum instead
+        elbo = res.elbo(data, num_samples=2)
+        log_marginal = res.log_marginal_likelihood(data, num_samples=20)
+        n = len(next(iter(data.values())))
+        if elbo.shape != (n,) or not np.all(np.isfinite(log_marginal)):
+            raise AssertionError(
+                f"{spec.name}: elbo()/log_marginal_likelihood() must give finite (N,) arrays; "
+                f"got shapes {elbo.shape}, {log_marginal.shape}."
+            )
+        return
+    idata = res.to_arviz(num_samples=20)
+    if "posterior" not in idata.groups():
+        raise AssertionError(f"{spec.name}: to_arviz gave no posterior group.")
+
+
+# --- The whole suite, as a report -----------------------------------------------------------
+
+
+def supported_runs(spec: ModelSpec, algorithms=None, backends=None) -> list[tuple[str, str]]:
+    """(algorithm, backend) pairs the spec supports, among ``algorithms`` (default: every
+    registered algorithm, ``inference.list_algorithms()``) and ``backends`` (default: both)."""
+    known = list_algorithms()
+    algorithms = known if algorithms is None else list(algorithms)
+    backends = list(BACKENDS) if backends is None else list(backends)
+    unknown = sorted(set(algorithms) - set(known)) + sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        raise ValueError(
+            f"Unknown algorithm(s) or backend(s) {unknown}; valid algorithms are "
+            f"{known}, valid backends {list(BACKENDS)}."
+        )
+    supported = [a for a in algorithms if get_algorithm(a).supports(spec)]
+    return [(a, b) for a in supported for b in backends]
+
+
+@dataclass
+class CheckResult:
+    """One check of :func:`check_model`: ``status`` is ``"pass"``, ``"fail"`` or ``"skip"``."""
+
+    name: str
+    contract: str
+    status: str
+    message: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+@dataclass
+class ConformanceReport:
+    """What :func:`check_model` found. ``print(report)`` shows every check; ``report.passed``
+    is True when all passed; ``report.raise_for_failures()`` raises ``AssertionError`` with the
+    report (for a test)."""
+
+    model: str
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status == "fail"]
+
+    def __getitem__(self, name: str) -> CheckResult:
+        for result in self.results:
+            if result.name == name:
+                return result
+        raise KeyError(f"No check {name!r}; checks: {[r.name for r in self.results]}.")
+
+    def __str__(self) -> str:
+        counts = {s: sum(r.status == s for r in self.results) for s in ("pass", "fail", "skip")}
+        lines = [
+            f"check_model({self.model!r}): {counts['pass']} passed, {counts['fail']} failed, "
+            f"{counts['skip']} skipped"
+        ]
+        width = max((len(r.name) for r in self.results), default=0)
+        for r in self.results:
+            lines.append(
+                f"  {r.status.upper():<4}  {r.name:<{width}}  {r.seconds:6.1f} s  {r.contract}"
+            )
+            if r.status != "pass":
+                lines.extend(f"        {line}" for line in r.message.splitlines())
+        return "\n".join(lines)
+
+    def raise_for_failures(self) -> None:
+        if not self.passed:
+            raise AssertionError(str(self))
+
+
+def check_model(
+    spec: ModelSpec | str, *, algorithms=None, backends=None, num_steps: int = 40, **options
+) -> ConformanceReport:
+    """Run the zoo's conformance suite on one model and report every check.
+
+    The checks are those ``tests/test_conformance.py`` runs on every registered model:
+    ``registration`` (:func:`check_registration`), ``twins_and_log_joint``
+    (:func:`check_twins_and_log_joint`) and, for each (algorithm, backend) the spec supports
+    (:func:`supported_runs`, narrowed by ``algorithms`` and ``backends``), ``"algorithm/backend"``
+    (:func:`check_algorithm_improves` with ``num_steps``). ``options`` are model options for the
+    example problem (default: ``spec.example_options``). When registration fails the rest are
+    skipped: their failures would only repeat it. Never raises for a failing model; read the
+    report (``report.passed``, ``print(report)``).
+    """
+    if not isinstance(spec, ModelSpec):
+        spec = get_model(spec, check=False)
+    checks = [
+        ("registration", CONTRACTS["registration"], lambda: check_registration(spec, **options)),
+        (
+            "twins_and_log_joint",
+            CONTRACTS["twins_and_log_joint"],
+            lambda: check_twins_and_log_joint(spec, **options),
+        ),
+    ]
+    for algorithm, backend in supported_runs(spec, algorithms, backends):
+        checks.append(
+            (
+                f"{algorithm}/{backend}",
+                CONTRACTS["fit"],
+                lambda a=algorithm, b=backend: check_algorithm_improves(
+                    spec, a, b, num_steps=num_steps, **options
+                ),
+            )
+        )
+    report = ConformanceReport(model=spec.name)
+    for name, contract, run in checks:
+        if report.results and report.results[0].status == "fail":
+            report.results.append(
+                CheckResult(name, contract, "skip", "skipped until the registration checks pass")
+            )
+            continue
+        start = time.perf_counter()
+        try:
+            run()
+            status, message = "pass", ""
+        except (AssertionError, ModelSpecError) as err:
+            status, message = "fail", str(err)
+        except Exception as err:
+            status, message = "fail", f"raised {describe_error(err)}"
+        report.results.append(
+            CheckResult(name, contract, status, message, time.perf_counter() - start)
+        )
+    return report

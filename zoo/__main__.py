@@ -1,5 +1,0 @@
-import sys
-
-from zoo.cli import main
-
-sys.exit(main())

@@ -1,0 +1,193 @@
+"""``ClosedFormUpdates``: how a model declares its closed-form coordinate updates.
+
+A model whose conditionals are conjugate can be fitted by updates written once against the
+array namespace ``xp`` (``zoo.array_namespace``): coordinate-ascent VI when they ascend the
+ELBO, EM when they ascend a log-likelihood or log joint. The model declares what its updates
+ascend and where they start; the inference layer decides from that alone which of its
+algorithms run on the model, and calls the updates through the methods below, which hide the
+two ways a model may start:
+
+* ``start="data"``: the module defines ``init_cache(data, config, xp)`` (the data dict),
+  ``init_state(cache, config, xp)``, ``update(state, cache, config, xp) -> (state, objective)``
+  and ``raw_params(state, cache, xp)``; the fit starts from the model's own starting point.
+* ``start="responsibilities"`` (mixtures): ``init_cache(x, config, xp)`` takes the (N, D) array
+  ``data["x"]`` and ``init_state(resp, cache, config, xp)`` the initial responsibilities (N, K)
+  that every algorithm of a comparison shares (``zoo.initialization``); ``guide_init(raw, resp)``
+  turns one update's parameters into the SVI guides' starting values.
+
+With ``natural_gradient=True`` the module also defines stochastic natural-gradient steps on
+minibatches: ``init_natural_state([resp,] cache, config, xp, scale)``, ``natural_step(state,
+cache, config, xp, rho, scale) -> (state, objective)`` and ``natural_raw_params(state, context,
+xp)`` (a mixture's cache of each minibatch is centred where the first was: ``init_cache(x,
+config, xp, shift)``; see ``zoo/bayesian_gmm/closed_form.py`` and the extending example's
+Bayesian linear regression). ``exact_elbo(raw, config, chunks, xp, asarray)``, where a module
+defines it, evaluates a fit's ELBO over data read in chunks
+(``inference.svi_natural.full_elbo``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+
+from zoo.initialization import initial_responsibilities
+
+#: What updates may ascend, and whether the fit is then a posterior or a point estimate.
+OBJECTIVES = {
+    "elbo": "posterior",  # coordinate-ascent VI: a variational posterior
+    "log_likelihood": "point",  # EM: maximum likelihood
+    "log_joint": "point",  # EM on the log joint: maximum a posteriori
+}
+STARTS = ("data", "responsibilities")
+
+
+@dataclass(frozen=True)
+class ClosedFormUpdates:
+    """A model's closed-form coordinate updates (see the module).
+
+    Parameters
+    ----------
+    module : str
+        Module path of the updates, imported when a fit first uses them.
+    objective : {"elbo", "log_likelihood", "log_joint"}
+        What every update ascends, in nats with constants: the ELBO (CAVI), or a log-likelihood
+        or log joint (EM, maximum likelihood or MAP).
+    start : {"data", "responsibilities"}
+        Where the updates start (see the module).
+    family : str, optional
+        The name ``sample_posterior(raw_params, config, family, ...)`` knows the updates'
+        posterior by (for example the twins' guide of that family); default: ``"closed_form"``.
+    natural_gradient : bool
+        Whether the module also defines natural-gradient steps on minibatches.
+    """
+
+    module: str
+    objective: str
+    start: str = "data"
+    family: str | None = None
+    natural_gradient: bool = False
+
+    @property
+    def estimate(self) -> str:
+        """``"posterior"`` or ``"point"``: what a fit by these updates gives."""
+        return OBJECTIVES[self.objective]
+
+    @property
+    def posterior_family(self) -> str:
+        return self.family or "closed_form"
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+    def functions(self) -> list[str]:
+        """The functions the module must define for this declaration."""
+        names = ["init_cache", "init_state", "update", "raw_params"]
+        if self.start == "responsibilities":
+            names.append("guide_init")
+        if self.natural_gradient:
+            names += ["init_natural_state", "natural_step", "natural_raw_params"]
+        return names
+
+    def problems(self) -> list[str]:
+        """What is wrong with the declaration itself (no import), for the spec checks."""
+        out = []
+        if not isinstance(self.module, str) or not self.module:
+            out.append("updates.module must be the module path of the updates (a string).")
+        if self.objective not in OBJECTIVES:
+            out.append(
+                f"updates.objective must be one of {list(OBJECTIVES)}; got {self.objective!r}."
+            )
+        if self.start not in STARTS:
+            out.append(f"updates.start must be one of {list(STARTS)}; got {self.start!r}.")
+        if self.natural_gradient and self.objective != "elbo":
+            out.append(
+                "natural_gradient=True needs updates that ascend the ELBO (objective='elbo')."
+            )
+        return out
+
+    # --- what the inference layer calls ---------------------------------------------------------
+
+    def initial_point(self, spec_name: str, data: dict, config, init, seed: int):
+        """What the updates start from, in numpy: a mixture's initial responsibilities (``init``:
+        ``"kmeans"``, the default, ``"random"``, ``"random_from_data"`` or an (N, K) array), or
+        None for a model that starts from its own point (then ``init`` must be None)."""
+        if self.start == "responsibilities":
+            init = "kmeans" if init is None else init
+            return initial_responsibilities(data["x"], config.K, init, seed)
+        if init is not None:
+            raise ValueError(
+                f"init is for mixtures' initial responsibilities; the closed-form updates of "
+                f"{spec_name!r} start from the model's own starting point. Leave init=None; "
+                f"got {init!r}."
+            )
+        return None
+
+    def init(self, data: dict, start, config, xp):
+        """``(state, cache)`` of the updates on backend arrays ``data`` from ``start`` (the
+        backend array of :meth:`initial_point`)."""
+        module = self.load()
+        if self.start == "responsibilities":
+            cache = module.init_cache(data["x"], config, xp)
+            return module.init_state(start, cache, config, xp), cache
+        cache = module.init_cache(data, config, xp)
+        return module.init_state(cache, config, xp), cache
+
+    def update(self, state, cache, config, xp):
+        return self.load().update(state, cache, config, xp)
+
+    def raw_params(self, state, cache, xp) -> dict:
+        return self.load().raw_params(state, cache, xp)
+
+    def guide_start(self, data: dict, start, config, xp, asarray, to_numpy, advice: str = ""):
+        """The SVI guides' starting values (numpy) after one update from ``start`` (numpy
+        responsibilities), for updates that start from responsibilities; else None (the guides
+        start from their own values). ``asarray``/``to_numpy`` move arrays to the backend of
+        ``config`` and ``xp`` and back."""
+        if self.start != "responsibilities":
+            return None
+        state, cache = self.init(
+            {k: asarray(v) for k, v in data.items()}, asarray(start), config, xp
+        )
+        raw = {k: to_numpy(v) for k, v in self.raw_params(state, cache, xp).items()}
+        if not all(np.isfinite(v).all() for v in raw.values()):
+            raise ValueError(
+                "The starting parameters (one closed-form update from the initial "
+                f"responsibilities) are not finite: a component is singular. {advice}".rstrip()
+            )
+        return self.load().guide_init(raw, start)
+
+    # --- natural-gradient steps on minibatches (natural_gradient=True) --------------------------
+
+    def init_natural(self, batch: dict, start, config, xp, scale: float):
+        """``(state, context)``: the natural-gradient state the steps start from, given the first
+        minibatch ``batch`` (backend arrays), whose statistics count ``scale`` times (a mixture
+        takes one step from its responsibilities ``start``; other models start where their
+        module says), and what every later minibatch is read with (a mixture's centre of the
+        features; None for other models)."""
+        module = self.load()
+        if self.start == "responsibilities":
+            cache = module.init_cache(batch["x"], config, xp)
+            return module.init_natural_state(start, cache, config, xp, scale), cache["shift"]
+        cache = module.init_cache(batch, config, xp)
+        return module.init_natural_state(cache, config, xp, scale), None
+
+    def natural_step(self, state, context, batch: dict, config, xp, rho, scale):
+        """One natural-gradient step on ``batch``: ``(state, minibatch estimate of the ELBO)``."""
+        module = self.load()
+        if self.start == "responsibilities":
+            cache = module.init_cache(batch["x"], config, xp, context)
+        else:
+            cache = module.init_cache(batch, config, xp)
+        return module.natural_step(state, cache, config, xp, rho, scale)
+
+    def natural_raw_params(self, state, context, xp) -> dict:
+        return self.load().natural_raw_params(state, context, xp)
+
+    def exact_elbo(self, raw: dict, config, rows, xp, asarray) -> float:
+        """The exact ELBO (nats) of the fitted globals ``raw`` over ``rows``, an iterable of
+        chunks of the data (dicts of numpy arrays), with q(z) optimal given the globals;
+        ``asarray`` puts a numpy array on the backend of ``config`` and ``xp``."""
+        return self.load().exact_elbo(raw, config, rows, xp, asarray)
