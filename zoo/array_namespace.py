@@ -1,7 +1,10 @@
-"""A small array namespace per backend, so array algebra (closed-form updates) is written once.
+"""A small array namespace per backend, so array algebra (closed-form updates, attention) is
+written once.
 
-Only what the closed-form code needs, with the numpy spelling (``axis=``). ``TorchOps`` keeps
-tensors on the device of its inputs; ``JaxOps`` functions are pure and jit-compatible.
+Only what that code needs, with the numpy spelling (``axis=``). ``TorchOps`` keeps tensors on the
+device of its inputs; ``JaxOps`` functions are pure and jit-compatible. ``NumpyOps`` has the
+elementwise and attention functions only (the reference attention runs without torch or JAX);
+the closed forms' layout and linear-algebra functions are torch's and JAX's.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ class TorchOps:
     def einsum(self, subscripts, *operands):
         return self.torch.einsum(subscripts, *operands)
 
-    def sum(self, x, axis=None):
-        return x.sum() if axis is None else x.sum(dim=axis)
+    def sum(self, x, axis=None, keepdims=False):
+        return x.sum() if axis is None else x.sum(dim=axis, keepdim=keepdims)
 
     def cumsum(self, x, axis):
         return self.torch.cumsum(x, dim=axis)
@@ -68,6 +71,62 @@ class TorchOps:
 
     def diagonal(self, a):
         return self.torch.diagonal(a, dim1=-2, dim2=-1)
+
+    def asarray_on(self, value, like):
+        """``value`` as a tensor of its own dtype on ``like``'s device."""
+        return self.torch.as_tensor(value, device=like.device)
+
+    def astype(self, x, dtype):
+        return x.to(dtype)
+
+    def is_bool(self, x):
+        return x.dtype == self.torch.bool
+
+    def is_floating(self, x):
+        return x.is_floating_point()
+
+    def finfo(self, dtype):
+        return self.torch.finfo(dtype)
+
+    def is_concrete(self, x):
+        return True
+
+    def tri(self, n, m, like):
+        """Boolean (n, m), True on and below the diagonal."""
+        return self.torch.ones(n, m, dtype=self.torch.bool, device=like.device).tril()
+
+    def swapaxes(self, x, axis1, axis2):
+        return x.transpose(axis1, axis2)
+
+    def broadcast_to(self, x, shape):
+        return x.expand(shape)
+
+    def where(self, condition, x, y):
+        return self.torch.where(condition, x, y)
+
+    def mean(self, x, axis=None):
+        return x.mean() if axis is None else x.mean(dim=axis)
+
+    def all(self, x, axis=None):
+        return x.all() if axis is None else x.all(dim=axis)
+
+    def any(self, x, axis=None):
+        return x.any() if axis is None else x.any(dim=axis)
+
+    def argwhere(self, x):
+        return self.torch.nonzero(x)
+
+    def isneginf(self, x):
+        return self.torch.isneginf(x)
+
+    def log1p(self, x):
+        return self.torch.log1p(x)
+
+    def softmax(self, x, axis):
+        return self.torch.softmax(x, dim=axis)
+
+    def log_softmax(self, x, axis):
+        return self.torch.log_softmax(x, dim=axis)
 
     def clip_min(self, x, low):
         return self.torch.clamp(x, min=low)
@@ -123,8 +182,8 @@ class JaxOps:
     def einsum(self, subscripts, *operands):
         return self.jnp.einsum(subscripts, *operands)
 
-    def sum(self, x, axis=None):
-        return self.jnp.sum(x, axis=axis)
+    def sum(self, x, axis=None, keepdims=False):
+        return self.jnp.sum(x, axis=axis, keepdims=keepdims)
 
     def cumsum(self, x, axis):
         return self.jnp.cumsum(x, axis=axis)
@@ -151,6 +210,61 @@ class JaxOps:
     def diagonal(self, a):
         return self.jnp.diagonal(a, axis1=-2, axis2=-1)
 
+    def asarray_on(self, value, like):
+        return self.jnp.asarray(value)
+
+    def astype(self, x, dtype):
+        return x.astype(dtype)
+
+    def is_bool(self, x):
+        return x.dtype == self.jnp.bool_
+
+    def is_floating(self, x):
+        return self.jnp.issubdtype(x.dtype, self.jnp.floating)
+
+    def finfo(self, dtype):
+        return self.jnp.finfo(dtype)
+
+    def is_concrete(self, x):
+        """False while traced (under ``jit``, ``vmap``, ``grad``): the values cannot be read."""
+        return not isinstance(x, self.jax.core.Tracer)
+
+    def tri(self, n, m, like):
+        return self.jnp.tri(n, m, dtype=bool)
+
+    def swapaxes(self, x, axis1, axis2):
+        return self.jnp.swapaxes(x, axis1, axis2)
+
+    def broadcast_to(self, x, shape):
+        return self.jnp.broadcast_to(x, shape)
+
+    def where(self, condition, x, y):
+        return self.jnp.where(condition, x, y)
+
+    def mean(self, x, axis=None):
+        return self.jnp.mean(x, axis=axis)
+
+    def all(self, x, axis=None):
+        return self.jnp.all(x, axis=axis)
+
+    def any(self, x, axis=None):
+        return self.jnp.any(x, axis=axis)
+
+    def argwhere(self, x):
+        return self.jnp.argwhere(x)
+
+    def isneginf(self, x):
+        return self.jnp.isneginf(x)
+
+    def log1p(self, x):
+        return self.jnp.log1p(x)
+
+    def softmax(self, x, axis):
+        return self.jax.nn.softmax(x, axis=axis)
+
+    def log_softmax(self, x, axis):
+        return self.jax.nn.log_softmax(x, axis=axis)
+
     def clip_min(self, x, low):
         return self.jnp.maximum(x, low)
 
@@ -171,6 +285,97 @@ class JaxOps:
 
     def weighted_feature_sums(self, resp, features):
         return resp.T @ features
+
+
+class NumpyOps:
+    name = "numpy"
+
+    def __init__(self):
+        import numpy as np
+        import scipy.special
+
+        self.np, self.special = np, scipy.special
+
+    def asarray(self, value, like):
+        return self.np.asarray(value, dtype=like.dtype)
+
+    def asarray_on(self, value, like):
+        return self.np.asarray(value)
+
+    def ones(self, shape, like):
+        return self.np.ones(shape, dtype=like.dtype)
+
+    def zeros(self, shape, like):
+        return self.np.zeros(shape, dtype=like.dtype)
+
+    def einsum(self, subscripts, *operands):
+        return self.np.einsum(subscripts, *operands)
+
+    def sum(self, x, axis=None, keepdims=False):
+        return self.np.sum(x, axis=axis, keepdims=keepdims)
+
+    def exp(self, x):
+        return self.np.exp(x)
+
+    def log(self, x):
+        return self.np.log(x)
+
+    def gammaln(self, x):
+        return self.special.gammaln(x)
+
+    def astype(self, x, dtype):
+        return x.astype(dtype)
+
+    def is_bool(self, x):
+        return x.dtype == bool
+
+    def is_floating(self, x):
+        return x.dtype.kind == "f"
+
+    def finfo(self, dtype):
+        return self.np.finfo(dtype)
+
+    def is_concrete(self, x):
+        return True
+
+    def tri(self, n, m, like):
+        return self.np.tri(n, m, dtype=bool)
+
+    def swapaxes(self, x, axis1, axis2):
+        return self.np.swapaxes(x, axis1, axis2)
+
+    def broadcast_to(self, x, shape):
+        return self.np.broadcast_to(x, shape)
+
+    def where(self, condition, x, y):
+        return self.np.where(condition, x, y)
+
+    def mean(self, x, axis=None):
+        return self.np.mean(x, axis=axis)
+
+    def all(self, x, axis=None):
+        return self.np.all(x, axis=axis)
+
+    def any(self, x, axis=None):
+        return self.np.any(x, axis=axis)
+
+    def argwhere(self, x):
+        return self.np.argwhere(x)
+
+    def isneginf(self, x):
+        return self.np.isneginf(x)
+
+    def log1p(self, x):
+        return self.np.log1p(x)
+
+    def softmax(self, x, axis):
+        return self.special.softmax(x, axis=axis)
+
+    def log_softmax(self, x, axis):
+        return self.special.log_softmax(x, axis=axis)
+
+    def clip_min(self, x, low):
+        return self.np.maximum(x, low)
 
 
 LOG_2PI = math.log(2 * math.pi)

@@ -1,4 +1,6 @@
-r"""Scaled dot-product and multi-head attention, written once per array library.
+r"""Scaled dot-product and multi-head attention for torch, JAX and numpy: the algebra is written
+once (``_algebra``, against ``zoo.array_namespace``); each module converts inputs as its library
+does.
 
 ``torch_attention``, ``jax_attention`` and ``numpy_attention`` define the same functions with the
 same arguments and shape conventions (the last two axes are ``(sequence, features)``; every axis

@@ -15,7 +15,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from zoo.attention import _checks
+from zoo.array_namespace import JaxOps
+from zoo.attention import _algebra, _checks
 
 try:
     import equinox as eqx
@@ -31,9 +32,7 @@ __all__ = [
     "self_attention",
 ]
 
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+_XP = JaxOps()
 
 
 def scaled_dot_product_attention(
@@ -77,44 +76,9 @@ def scaled_dot_product_attention(
         ``jax.nn.dot_product_attention``, which masks with a large finite number and returns the
         mean of the values).
     """
-    lq, lk = _checks.check_qkv(jnp.shape(q), jnp.shape(k), jnp.shape(v))
-    scale = _checks.default_scale(scale, jnp.shape(q)[-1])
-    scores = jnp.matmul(q, jnp.swapaxes(k, -2, -1)) * scale
-    if mask is not None:
-        mask = jnp.asarray(mask)
-        _checks.check_scores_operand("mask", mask.shape, lq, lk)
-        if mask.dtype == jnp.bool_:
-            scores = jnp.where(mask, scores, -jnp.inf)
-        elif jnp.issubdtype(mask.dtype, jnp.floating):
-            scores = scores + mask.astype(scores.dtype)
-        else:
-            raise ValueError(
-                f"expected a boolean mask (True = attend) or a floating-point additive mask; "
-                f"got dtype {mask.dtype}."
-            )
-    if bias is not None:
-        bias = jnp.asarray(bias)
-        _checks.check_scores_operand("bias", bias.shape, lq, lk)
-        scores = scores + bias.astype(scores.dtype)
-    if causal:
-        scores = jnp.where(jnp.tril(jnp.ones((lq, lk), dtype=bool)), scores, -jnp.inf)
-    if _is_concrete(scores):
-        dead = jnp.all(jnp.isneginf(scores), axis=-1)
-        if bool(jnp.any(dead)):
-            raise _checks.dead_query_error(jnp.argwhere(dead)[0].tolist())
-    weights = jax.nn.softmax(scores, axis=-1)
-    out = jnp.matmul(weights, v)
-    return (out, weights) if return_weights else out
-
-
-def _split_heads(x, num_heads):
-    """(..., L, H * Dh) -> (..., H, L, Dh)."""
-    return jnp.swapaxes(x.reshape(*x.shape[:-1], num_heads, -1), -3, -2)
-
-
-def _linear(x, weight, bias):
-    out = x @ weight.T
-    return out if bias is None else out + bias
+    return _algebra.scaled_dot_product_attention(
+        q, k, v, mask, bias, scale, causal, return_weights, _XP
+    )
 
 
 def multi_head_attention(
@@ -162,18 +126,9 @@ def multi_head_attention(
     weights : Array, shape (..., num_heads, Lq, Lk)
         Only with ``return_weights=True``: every head's weights (not averaged).
     """
-    key = query if key is None else key
-    value = key if value is None else value
-    _checks.check_params(params, query.shape[-1], key.shape[-1], value.shape[-1], num_heads)
-    q = _split_heads(_linear(query, params["q_weight"], params.get("q_bias")), num_heads)
-    k = _split_heads(_linear(key, params["k_weight"], params.get("k_bias")), num_heads)
-    v = _split_heads(_linear(value, params["v_weight"], params.get("v_bias")), num_heads)
-    out, weights = scaled_dot_product_attention(
-        q, k, v, mask=mask, bias=bias, scale=scale, causal=causal, return_weights=True
+    return _algebra.multi_head_attention(
+        params, query, key, value, num_heads, mask, bias, scale, causal, return_weights, _XP
     )
-    out = jnp.swapaxes(out, -3, -2)  # (..., Lq, H, Dh)
-    out = _linear(out.reshape(*out.shape[:-2], -1), params["out_weight"], params.get("out_bias"))
-    return (out, weights) if return_weights else out
 
 
 def self_attention(params, x, *, num_heads, **options):

@@ -5,9 +5,9 @@ without either library."""
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import softmax
 
-from zoo.attention import _checks
+from zoo.array_namespace import NumpyOps
+from zoo.attention import _algebra
 
 __all__ = [
     "cross_attention",
@@ -15,6 +15,8 @@ __all__ = [
     "scaled_dot_product_attention",
     "self_attention",
 ]
+
+_XP = NumpyOps()
 
 
 def scaled_dot_product_attention(
@@ -50,42 +52,9 @@ def scaled_dot_product_attention(
         For shapes that do not fit, and when a query has every key hidden.
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    lq, lk = _checks.check_qkv(q.shape, k.shape, v.shape)
-    scale = _checks.default_scale(scale, q.shape[-1])
-    scores = (q @ np.swapaxes(k, -2, -1)) * scale
-    if mask is not None:
-        mask = np.asarray(mask)
-        _checks.check_scores_operand("mask", mask.shape, lq, lk)
-        if mask.dtype == bool:
-            scores = np.where(mask, scores, -np.inf)
-        elif mask.dtype.kind == "f":
-            scores = scores + mask
-        else:
-            raise ValueError(
-                f"expected a boolean mask (True = attend) or a floating-point additive mask; "
-                f"got dtype {mask.dtype}."
-            )
-    if bias is not None:
-        bias = np.asarray(bias)
-        _checks.check_scores_operand("bias", bias.shape, lq, lk)
-        scores = scores + bias
-    if causal:
-        scores = np.where(np.tril(np.ones((lq, lk), dtype=bool)), scores, -np.inf)
-    dead = np.all(np.isneginf(scores), axis=-1)
-    if dead.any():
-        raise _checks.dead_query_error(np.argwhere(dead)[0].tolist())
-    weights = softmax(scores, axis=-1)
-    out = weights @ v
-    return (out, weights) if return_weights else out
-
-
-def _split_heads(x, num_heads):
-    return np.swapaxes(x.reshape(*x.shape[:-1], num_heads, -1), -3, -2)
-
-
-def _linear(x, weight, bias):
-    out = x @ np.asarray(weight).T
-    return out if bias is None else out + bias
+    return _algebra.scaled_dot_product_attention(
+        q, k, v, mask, bias, scale, causal, return_weights, _XP
+    )
 
 
 def multi_head_attention(
@@ -104,18 +73,12 @@ def multi_head_attention(
     """Multi-head attention with the projections in ``params``; see
     ``torch_attention.multi_head_attention`` for the parameters and shapes."""
     query = np.asarray(query)
-    key = query if key is None else np.asarray(key)
-    value = key if value is None else np.asarray(value)
-    _checks.check_params(params, query.shape[-1], key.shape[-1], value.shape[-1], num_heads)
-    q = _split_heads(_linear(query, params["q_weight"], params.get("q_bias")), num_heads)
-    k = _split_heads(_linear(key, params["k_weight"], params.get("k_bias")), num_heads)
-    v = _split_heads(_linear(value, params["v_weight"], params.get("v_bias")), num_heads)
-    out, weights = scaled_dot_product_attention(
-        q, k, v, mask=mask, bias=bias, scale=scale, causal=causal, return_weights=True
+    key = None if key is None else np.asarray(key)
+    value = None if value is None else np.asarray(value)
+    params = {name: None if p is None else np.asarray(p) for name, p in params.items()}
+    return _algebra.multi_head_attention(
+        params, query, key, value, num_heads, mask, bias, scale, causal, return_weights, _XP
     )
-    out = np.swapaxes(out, -3, -2)
-    out = _linear(out.reshape(*out.shape[:-2], -1), params["out_weight"], params.get("out_bias"))
-    return (out, weights) if return_weights else out
 
 
 def self_attention(params, x, *, num_heads, **options):

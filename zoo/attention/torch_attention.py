@@ -11,7 +11,8 @@ import math
 import torch
 from torch import nn
 
-from zoo.attention import _checks
+from zoo.array_namespace import TorchOps
+from zoo.attention import _algebra, _checks
 
 __all__ = [
     "MultiHeadAttention",
@@ -22,11 +23,7 @@ __all__ = [
     "self_attention",
 ]
 
-
-def _scores_operand(name, value, like, lq, lk):
-    value = torch.as_tensor(value, device=like.device)
-    _checks.check_scores_operand(name, value.shape, lq, lk)
-    return value
+_XP = TorchOps()
 
 
 def scaled_dot_product_attention(
@@ -69,42 +66,9 @@ def scaled_dot_product_attention(
         ``torch.compile`` it is a graph break; under ``torch.jit.trace`` it runs at trace time
         only, and a fully masked query then gives NaN.
     """
-    lq, lk = _checks.check_qkv(q.shape, k.shape, v.shape)
-    scale = _checks.default_scale(scale, q.shape[-1])
-    scores = (q @ k.transpose(-2, -1)) * scale
-    neg_inf = torch.tensor(-math.inf, dtype=scores.dtype, device=scores.device)
-    if mask is not None:
-        mask = _scores_operand("mask", mask, q, lq, lk)
-        if mask.dtype == torch.bool:
-            scores = torch.where(mask, scores, neg_inf)
-        elif mask.is_floating_point():
-            scores = scores + mask.to(scores.dtype)
-        else:
-            raise ValueError(
-                f"expected a boolean mask (True = attend) or a floating-point additive mask; "
-                f"got dtype {mask.dtype}."
-            )
-    if bias is not None:
-        scores = scores + _scores_operand("bias", bias, q, lq, lk).to(scores.dtype)
-    if causal:
-        allowed = torch.ones(lq, lk, dtype=torch.bool, device=scores.device).tril()
-        scores = torch.where(allowed, scores, neg_inf)
-    dead = torch.isneginf(scores).all(dim=-1)
-    if bool(dead.any()):
-        raise _checks.dead_query_error(torch.nonzero(dead)[0].tolist())
-    weights = torch.softmax(scores, dim=-1)
-    out = weights @ v
-    return (out, weights) if return_weights else out
-
-
-def _split_heads(x, num_heads):
-    """(..., L, H * Dh) -> (..., H, L, Dh)."""
-    return x.reshape(*x.shape[:-1], num_heads, -1).transpose(-3, -2)
-
-
-def _linear(x, weight, bias):
-    out = x @ weight.T
-    return out if bias is None else out + bias
+    return _algebra.scaled_dot_product_attention(
+        q, k, v, mask, bias, scale, causal, return_weights, _XP
+    )
 
 
 def multi_head_attention(
@@ -152,18 +116,9 @@ def multi_head_attention(
     weights : Tensor, shape (..., num_heads, Lq, Lk)
         Only with ``return_weights=True``: every head's weights (not averaged).
     """
-    key = query if key is None else key
-    value = key if value is None else value
-    _checks.check_params(params, query.shape[-1], key.shape[-1], value.shape[-1], num_heads)
-    q = _split_heads(_linear(query, params["q_weight"], params.get("q_bias")), num_heads)
-    k = _split_heads(_linear(key, params["k_weight"], params.get("k_bias")), num_heads)
-    v = _split_heads(_linear(value, params["v_weight"], params.get("v_bias")), num_heads)
-    out, weights = scaled_dot_product_attention(
-        q, k, v, mask=mask, bias=bias, scale=scale, causal=causal, return_weights=True
+    return _algebra.multi_head_attention(
+        params, query, key, value, num_heads, mask, bias, scale, causal, return_weights, _XP
     )
-    out = out.transpose(-3, -2)  # (..., Lq, H, Dh)
-    out = _linear(out.reshape(*out.shape[:-2], -1), params["out_weight"], params.get("out_bias"))
-    return (out, weights) if return_weights else out
 
 
 def self_attention(params, x, *, num_heads, **options):

@@ -14,14 +14,13 @@ every key of a query raises an ``equinox`` runtime error (``eqx.error_if``) inst
 
 from __future__ import annotations
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammaln
 
+from zoo.array_namespace import JaxOps
+from zoo.bayesian_attention import _algebra, numpyro_distributions
 from zoo.bayesian_attention._common import (
     ATTENTION_TYPES,
     MODES,
@@ -29,7 +28,6 @@ from zoo.bayesian_attention._common import (
     BamOutput,
     check_choice,
     check_mask_rows,
-    check_noise_shape,
     check_num_samples,
     check_positive,
     check_prior_param,
@@ -62,6 +60,7 @@ __all__ = [
     "weibull_log_weights",
 ]
 
+_XP = JaxOps()
 _MASK_MESSAGE = "expected a mask that leaves every query at least one visible key"
 
 
@@ -80,7 +79,7 @@ def attention_logits(q, k):
     -------
     array, shape (..., Lq, Lk)
     """
-    return q @ jnp.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    return _algebra.attention_logits(q, k, _XP)
 
 
 def masked_log_softmax(logits, mask=None):
@@ -96,9 +95,7 @@ def masked_log_softmax(logits, mask=None):
     -------
     array, the broadcast shape of ``logits`` and ``mask``
     """
-    if mask is not None:
-        logits = jnp.where(mask, logits, -jnp.inf)
-    return jax.nn.log_softmax(logits, axis=-1)
+    return _algebra.masked_log_softmax(logits, mask, _XP)
 
 
 def weibull_log_scale(log_p, concentration):
@@ -111,7 +108,7 @@ def weibull_log_scale(log_p, concentration):
     concentration : float or array broadcastable to ``log_p``
         The Weibull shape :math:`k > 0`.
     """
-    return log_p - gammaln(1 + 1 / jnp.asarray(concentration, dtype=log_p.dtype))
+    return _algebra.weibull_log_scale(log_p, jnp.asarray(concentration, dtype=log_p.dtype), _XP)
 
 
 def weibull_log_weights(log_p, concentration, u):
@@ -131,7 +128,7 @@ def weibull_log_weights(log_p, concentration, u):
     array, the broadcast shape of ``log_p`` and ``u``
     """
     k = jnp.asarray(concentration, dtype=log_p.dtype)
-    return weibull_log_scale(log_p, k) + jnp.log(-jnp.log1p(-clamp_uniform(u))) / k
+    return _algebra.weibull_log_weights(log_p, k, clamp_uniform(u), _XP)
 
 
 def lognormal_log_weights(log_p, sigma, eps):
@@ -147,7 +144,7 @@ def lognormal_log_weights(log_p, sigma, eps):
         Standard normal noise.
     """
     sigma = jnp.asarray(sigma, dtype=log_p.dtype)
-    return log_p - sigma**2 / 2 + sigma * eps
+    return _algebra.lognormal_log_weights(log_p, sigma, eps)
 
 
 class ContextualPrior(eqx.Module):
@@ -273,63 +270,34 @@ def _weights_and_kl(
     noise,
     key,
 ):
-    """The checked core; see the torch twin."""
-    shape = logits.shape
-    log_p = masked_log_softmax(logits, mask)
-    if attention == "softmax":
-        return jnp.exp(log_p), jnp.zeros(shape[:-1], logits.dtype)
+    """The checked core (``_algebra.weights_and_kl``) with JAX's noise."""
     dtype = logits.dtype
-    if mask is not None:
-        # Hidden keys get a finite stand-in; they are dropped again below (no inf * 0 in grads).
-        log_p = jnp.where(mask, log_p, 0.0)
-    k = jnp.asarray(concentration, dtype=dtype)
-    sigma = jnp.asarray(sigma, dtype=dtype)
 
-    if attention == "weibull":
-        log_scale = weibull_log_scale(log_p, k)
-        alpha = jnp.maximum(jnp.exp(prior_log_param), jnp.finfo(dtype).tiny)
-        if mask is not None:
-            alpha = jnp.where(mask, alpha, 1.0)
-        kl = kl_weibull_gamma(k, log_scale, alpha, jnp.asarray(prior_beta, dtype=dtype))
-    else:
-        if prior_log_param is None:  # uniform over the visible keys
-            visible = shape[-1] if mask is None else jnp.sum(mask, axis=-1, keepdims=True)
-            prior_log_param = -jnp.log(jnp.asarray(visible, dtype=dtype))
-        prior_sigma = jnp.asarray(prior_sigma, dtype=dtype)
-        prior_loc = prior_log_param - prior_sigma**2 / 2
-        if mask is not None:
-            prior_loc = jnp.where(mask, prior_loc, 0.0)
-        kl = kl_lognormal_lognormal(log_p - sigma**2 / 2, sigma, prior_loc, prior_sigma)
-    if mask is not None:
-        kl = jnp.where(mask, kl, 0.0)
-    kl = jnp.broadcast_to(jnp.sum(kl, axis=-1), shape[:-1])
-
-    if mode == "eval" and num_samples == 0:
-        weights = jnp.exp(log_p)
-        return (weights if mask is None else jnp.where(mask, weights, 0.0)), kl
-    draws = () if mode == "train" else (num_samples,)
-    noise_shape = draws + tuple(shape)
-    if noise is None:
+    def draw_noise(shape):
         if key is None:
             raise ValueError(
                 f"expected a PRNG key (key=...) to draw {attention} attention weights in "
                 f"mode={mode!r}, or the noise itself (noise=...); got neither."
             )
         draw = uniform_noise if attention == "weibull" else normal_noise
-        noise = draw(key, noise_shape, dtype)
-    else:
-        noise = jnp.asarray(noise, dtype=dtype)
-        check_noise_shape(noise.shape, noise_shape)
-    if attention == "weibull":
-        log_s = weibull_log_weights(log_p, k, noise)
-    else:
-        log_s = lognormal_log_weights(log_p, sigma, noise)
-    if mask is not None:
-        log_s = jnp.where(mask, log_s, -jnp.inf)
-    weights = jax.nn.softmax(log_s, axis=-1)
-    if draws:
-        weights = jnp.mean(weights, axis=0)
-    return weights, kl
+        return draw(key, shape, dtype)
+
+    return _algebra.weights_and_kl(
+        logits,
+        mask,
+        attention,
+        jnp.asarray(concentration, dtype=dtype),
+        sigma,
+        prior_log_param,
+        prior_beta,
+        prior_sigma,
+        mode,
+        num_samples,
+        noise,
+        draw_noise,
+        numpyro_distributions,
+        _XP,
+    )
 
 
 def attention_weights(
@@ -411,18 +379,9 @@ def attention_weights(
         if mask is not None and visible is None and value is not None and value.size > 1:
             value = None  # the mask is traced: which keys are visible is unknown here
         check_prior_param(name, value, logits.shape, visible)
-    dtype = logits.dtype
-
-    def safe_log(x):  # log on the visible keys, 0 on the hidden ones (finite gradients)
-        x = jnp.asarray(x, dtype=dtype)
-        return jnp.log(x if mask is None else jnp.where(mask, x, 1.0))
-
-    if attention == "weibull":
-        prior_log_param = safe_log(prior_alpha)
-    elif prior_mean is not None:
-        prior_log_param = safe_log(prior_mean)
-    else:
-        prior_log_param = None
+    prior_log_param = _algebra.prior_log_param(
+        attention, prior_alpha, prior_mean, mask, logits, _XP
+    )
     return _weights_and_kl(
         logits,
         mask,

@@ -25,12 +25,12 @@ registers ``KL(Weibull || Gamma)`` with torch (see
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from torch import nn
 
+from zoo.array_namespace import TorchOps
+from zoo.bayesian_attention import _algebra, torch_distributions
 from zoo.bayesian_attention._common import (
     ATTENTION_TYPES,
     MODES,
@@ -38,7 +38,6 @@ from zoo.bayesian_attention._common import (
     BamOutput,
     check_choice,
     check_mask_rows,
-    check_noise_shape,
     check_num_samples,
     check_positive,
     check_prior_param,
@@ -71,6 +70,8 @@ __all__ = [
     "weibull_log_weights",
 ]
 
+_XP = TorchOps()
+
 
 # ------------------------------------------------------------------------------ building blocks
 
@@ -87,7 +88,7 @@ def attention_logits(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     -------
     Tensor, shape (..., Lq, Lk)
     """
-    return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return _algebra.attention_logits(q, k, _XP)
 
 
 def weibull_log_scale(log_p: torch.Tensor, concentration) -> torch.Tensor:
@@ -101,7 +102,7 @@ def weibull_log_scale(log_p: torch.Tensor, concentration) -> torch.Tensor:
         The Weibull shape :math:`k > 0`.
     """
     k = compact(torch.as_tensor(concentration, dtype=log_p.dtype, device=log_p.device))
-    return log_p - torch.lgamma(1 + 1 / k)
+    return _algebra.weibull_log_scale(log_p, k, _XP)
 
 
 def weibull_log_weights(log_p: torch.Tensor, concentration, u: torch.Tensor) -> torch.Tensor:
@@ -121,7 +122,7 @@ def weibull_log_weights(log_p: torch.Tensor, concentration, u: torch.Tensor) -> 
     Tensor, the broadcast shape of ``log_p`` and ``u``
     """
     k = compact(torch.as_tensor(concentration, dtype=log_p.dtype, device=log_p.device))
-    return weibull_log_scale(log_p, k) + torch.log(-torch.log1p(-clamp_uniform(u))) / k
+    return _algebra.weibull_log_weights(log_p, k, clamp_uniform(u), _XP)
 
 
 def lognormal_log_weights(log_p: torch.Tensor, sigma, eps: torch.Tensor) -> torch.Tensor:
@@ -137,7 +138,7 @@ def lognormal_log_weights(log_p: torch.Tensor, sigma, eps: torch.Tensor) -> torc
         Standard normal noise.
     """
     sigma = torch.as_tensor(sigma, dtype=log_p.dtype, device=log_p.device)
-    return log_p - sigma**2 / 2 + sigma * eps
+    return _algebra.lognormal_log_weights(log_p, sigma, eps)
 
 
 class ContextualPrior(nn.Module):
@@ -252,57 +253,31 @@ def _weights_and_kl(
     noise,
     generator,
 ):
-    """The checked core. ``prior_log_param`` is log alpha (Weibull) or log m (log-normal), or
-    None for the uniform log-normal prior mean."""
-    shape = logits.shape
-    log_p = masked_log_softmax(logits, mask)
-    if attention == "softmax":
-        return log_p.exp(), logits.new_zeros(shape[:-1])
+    """The checked core (``_algebra.weights_and_kl``) with torch's noise."""
     dtype, device = logits.dtype, logits.device
-    if mask is not None:
-        # Hidden keys get a finite stand-in; they are dropped again below (no inf * 0 in grads).
-        log_p = torch.where(mask, log_p, 0.0)
-    k = torch.as_tensor(concentration, dtype=dtype, device=device)
-    sigma = torch.as_tensor(sigma, dtype=dtype, device=device)
 
-    if attention == "weibull":
-        log_scale = weibull_log_scale(log_p, k)
-        alpha = torch.exp(prior_log_param).clamp_min(torch.finfo(dtype).tiny)
-        if mask is not None:
-            alpha = torch.where(mask, alpha, 1.0)
-        kl = kl_weibull_gamma(k, log_scale, alpha, prior_beta)
-    else:
-        if prior_log_param is None:  # uniform over the visible keys
-            visible = shape[-1] if mask is None else mask.sum(-1, keepdim=True)
-            prior_log_param = -torch.log(torch.as_tensor(visible, dtype=dtype, device=device))
-        prior_sigma = torch.as_tensor(prior_sigma, dtype=dtype, device=device)
-        prior_loc = prior_log_param - prior_sigma**2 / 2
-        if mask is not None:
-            prior_loc = torch.where(mask, prior_loc, 0.0)
-        kl = kl_lognormal_lognormal(log_p - sigma**2 / 2, sigma, prior_loc, prior_sigma)
-    if mask is not None:
-        kl = torch.where(mask, kl, 0.0)
-    kl = kl.sum(-1)
-
-    if mode == "eval" and num_samples == 0:
-        weights = log_p.exp() if mask is None else torch.where(mask, log_p.exp(), 0.0)
-        return weights, kl.expand(shape[:-1])
-    draws = () if mode == "train" else (num_samples,)
-    noise_shape = draws + tuple(shape)
-    if noise is None:
+    def draw_noise(shape):
         sampler = torch.rand if attention == "weibull" else torch.randn
-        noise = sampler(noise_shape, dtype=dtype, device=device, generator=generator)
-    else:
-        noise = torch.as_tensor(noise, dtype=dtype, device=device)
-        check_noise_shape(noise.shape, noise_shape)
-    if attention == "weibull":
-        log_s = weibull_log_weights(log_p, k, noise)
-    else:
-        log_s = lognormal_log_weights(log_p, sigma, noise)
-    weights = torch.softmax(log_s if mask is None else torch.where(mask, log_s, -torch.inf), -1)
-    if draws:
-        weights = weights.mean(0)
-    return weights, kl.expand(shape[:-1])
+        return sampler(shape, dtype=dtype, device=device, generator=generator)
+
+    # compact: the special functions of a broadcast Weibull shape once per distinct value.
+    k = compact(torch.as_tensor(concentration, dtype=dtype, device=device))
+    return _algebra.weights_and_kl(
+        logits,
+        mask,
+        attention,
+        k,
+        sigma,
+        prior_log_param,
+        prior_beta,
+        prior_sigma,
+        mode,
+        num_samples,
+        noise,
+        draw_noise,
+        torch_distributions,
+        _XP,
+    )
 
 
 def attention_weights(
@@ -380,19 +355,9 @@ def attention_weights(
         ("prior_sigma", prior_sigma),
     ):
         check_prior_param(name, _concrete(value), logits.shape, visible)
-    dtype, device = logits.dtype, logits.device
-
-    def safe_log(x):  # log on the visible keys, 0 on the hidden ones (finite gradients)
-        x = torch.as_tensor(x, dtype=dtype, device=device)
-        return torch.log(x if mask is None else torch.where(mask, x, 1.0))
-
-    if attention == "weibull":
-        prior_log_param = safe_log(prior_alpha)
-    elif prior_mean is not None:
-        prior_log_param = safe_log(prior_mean)
-    else:
-        prior_log_param = None
-    beta = torch.as_tensor(prior_beta, dtype=dtype, device=device)
+    prior_log_param = _algebra.prior_log_param(
+        attention, prior_alpha, prior_mean, mask, logits, _XP
+    )
     return _weights_and_kl(
         logits,
         mask,
@@ -400,7 +365,7 @@ def attention_weights(
         concentration,
         sigma,
         prior_log_param,
-        beta,
+        prior_beta,
         prior_sigma,
         mode,
         num_samples,
@@ -503,7 +468,7 @@ def bayesian_attention(
         concentration,
         sigma,
         prior_log_param,
-        torch.as_tensor(prior_beta, dtype=logits.dtype, device=logits.device),
+        prior_beta,
         prior_sigma,
         mode,
         num_samples,

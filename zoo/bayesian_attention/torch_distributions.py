@@ -30,6 +30,8 @@ from torch.distributions import Gamma, Weibull
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
+from zoo.array_namespace import TorchOps
+from zoo.bayesian_attention import _algebra
 from zoo.bayesian_attention._common import EULER_GAMMA
 
 __all__ = [
@@ -48,6 +50,8 @@ __all__ = [
     "masked_log_softmax",
     "weibull_log_noise",
 ]
+
+_XP = TorchOps()
 
 
 def compact(t: torch.Tensor) -> torch.Tensor:
@@ -80,9 +84,7 @@ def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor | None = None) -
     -------
     Tensor, the broadcast shape of ``logits`` and ``mask``
     """
-    if mask is not None:
-        logits = torch.where(mask, logits, float("-inf"))
-    return torch.log_softmax(logits, dim=-1)
+    return _algebra.masked_log_softmax(logits, mask, _XP)
 
 
 def exp_keeping_log(log_value: torch.Tensor) -> torch.Tensor:
