@@ -29,8 +29,10 @@ from zoo.spec import ModelSpec
 
 
 class Info(NamedTuple):
-    """What every step reports. ``objective``: what the algorithm ascends (its
-    :attr:`Traits.objective`), in nats, summed over data points."""
+    """What every step reports, at least. ``objective``: what the algorithm ascends (its
+    :attr:`Traits.objective`), in nats, summed over data points. An algorithm may report more
+    in a record of its own with an ``objective`` field (SVI: the temperature; natural-gradient
+    SVI: the step size); the loop reads ``objective``, a ``callback`` sees the whole record."""
 
     objective: float
 
@@ -153,7 +155,8 @@ class Algorithm(ABC):
 
     @abstractmethod
     def step(self, state) -> tuple[Any, Info]:
-        """One step: ``(new state, info)``; ``state`` is left as it was."""
+        """One step: ``(new state, info)``, ``info`` a record with an ``objective`` field;
+        ``state`` is left as it was."""
 
     @abstractmethod
     def get_params(self, state) -> dict[str, np.ndarray]:

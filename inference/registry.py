@@ -20,6 +20,7 @@ from inference.algorithm import Algorithm
 from inference.closed_form import CAVI, EM
 from inference.svi import SVI
 from inference.svi_natural import NaturalGradientSVI
+from zoo.plugins import new_entry_points
 
 #: The entry-point group under which installed packages declare their algorithms.
 ENTRY_POINT_GROUP = "inference.algorithms"
@@ -87,19 +88,10 @@ def load_plugins() -> list[str]:
     """Register the algorithms of installed plugins (entry-point group
     ``inference.algorithms``); returns the names added. Runs by itself on first use; call it
     again to pick up a plugin installed since."""
-    from importlib.metadata import entry_points
-
     global _plugins_loaded
     _plugins_loaded = True
     added = []
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        key = (entry_point.name, entry_point.value)
-        if key in _SEEN_ENTRY_POINTS:
-            continue
-        _SEEN_ENTRY_POINTS.add(key)
-        dist = getattr(entry_point, "dist", None)
-        origin = f"{dist.name} {dist.version} " if dist is not None else ""
-        source = f"plugin {origin}(entry point {entry_point.name} = {entry_point.value})"
+    for entry_point, source in new_entry_points(ENTRY_POINT_GROUP, _SEEN_ENTRY_POINTS):
         try:
             algorithm = _instance(entry_point.load())
             if algorithm.name != entry_point.name:

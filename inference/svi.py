@@ -30,12 +30,12 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from inference import learning_rate, streaming
-from inference.algorithm import Algorithm, Info, Problem, Traits, check_choice, check_int
+from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
 from inference.closed_form import start_values
 from inference.minibatch import EpochBatches, binarize, check_grey_levels
 from zoo import get_model
@@ -90,6 +90,14 @@ class SVIOptions:
             isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int | np.integer)
         ):
             raise TypeError(f"batch_size must be an int; got {type(self.batch_size).__name__}.")
+
+
+class SVIInfo(NamedTuple):
+    """A step's ELBO estimate (nats, summed over the data) and the temperature it ran at (a
+    relaxed guide's, or a twin's schedule; None without one)."""
+
+    objective: float
+    temperature: float | None
 
 
 @dataclass(frozen=True)
@@ -310,7 +318,7 @@ class SVI(Algorithm):
         new = dataclasses.replace(
             state, params=params, data=data, data_epoch=epoch, step=state.step + 1
         )
-        return new, Info(objective=elbo)
+        return new, SVIInfo(objective=elbo, temperature=temperature)
 
     def _binarization(self, state: SVIState):
         """Dynamic binarization: a fresh draw of the training pixels at each epoch."""

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from inference import streaming
-from inference.algorithm import Algorithm, Info, Problem, Traits
+from inference.algorithm import Algorithm, Problem, Traits
 from inference.backends import get_backend
 from inference.closed_form import decode_inner, encode_inner
 from zoo import get_model
@@ -45,6 +45,14 @@ class NaturalOptions:
 
     def __post_init__(self):
         check_step_size(self.step_size)
+
+
+class NaturalInfo(NamedTuple):
+    """A step's minibatch estimate of the ELBO (nats, summed over the full data), and the step
+    size ``rho`` it took."""
+
+    objective: float
+    step_size: float
 
 
 @dataclass(frozen=True)
@@ -144,7 +152,7 @@ class NaturalGradientSVI(Algorithm):
             p.num_data / rows,
         )
         new = dataclasses.replace(state, inner=inner, step=state.step + 1)
-        return new, Info(objective=float(objective))
+        return new, NaturalInfo(objective=float(objective), step_size=rho)
 
     def get_params(self, state: NaturalState) -> dict[str, np.ndarray]:
         backend = state.problem.backend

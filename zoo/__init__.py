@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 
+from zoo.plugins import new_entry_points
 from zoo.spec import BACKENDS, DataField, ModelSpec, ModelSpecError
 from zoo.testing import check_registration, check_spec
 from zoo.updates import ClosedFormUpdates
@@ -125,17 +126,10 @@ def load_plugins() -> list[str]:
     does not name a ``ModelSpec``, or clashes with a registered name is skipped with a
     :class:`ZooPluginWarning` naming it; the other models stay usable. Returns the names added.
     """
-    from importlib.metadata import entry_points
-
     global _plugins_loaded
     _plugins_loaded = True
     added = []
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        key = (entry_point.name, entry_point.value)
-        if key in _SEEN_ENTRY_POINTS:
-            continue
-        _SEEN_ENTRY_POINTS.add(key)
-        source = _describe(entry_point)
+    for entry_point, source in new_entry_points(ENTRY_POINT_GROUP, _SEEN_ENTRY_POINTS):
         try:
             spec = entry_point.load()
             if not isinstance(spec, ModelSpec):
@@ -162,12 +156,6 @@ def load_plugins() -> list[str]:
         _UNCHECKED.add(spec.name)
         added.append(spec.name)
     return added
-
-
-def _describe(entry_point) -> str:
-    dist = getattr(entry_point, "dist", None)
-    origin = f"{dist.name} {dist.version} " if dist is not None else ""
-    return f"plugin {origin}(entry point {entry_point.name} = {entry_point.value})"
 
 
 def _load_plugins_once() -> None:
