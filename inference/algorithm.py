@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, NamedTuple
@@ -211,7 +210,3 @@ def check_choice(name: str, value, choices) -> Any:
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}; got {value!r}.")
     return value
-
-
-#: A factory the registry calls with no arguments: an Algorithm instance.
-AlgorithmFactory = Callable[[], Algorithm]

@@ -36,6 +36,7 @@ import numpy as np
 
 from inference import learning_rate, streaming
 from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
+from inference.backends import get_backend
 from inference.closed_form import start_values
 from inference.minibatch import EpochBatches, binarize, check_grey_levels
 from zoo import get_model
@@ -374,12 +375,15 @@ class SVI(Algorithm):
     def comparable_objective(self, result, data) -> float:
         """A 100-draw ELBO: with ``z`` enumerated for models that have an enumerated guide (so
         relaxed and enumerated runs compare), else of the run's own guide."""
-        spec = get_model(result.model)
-        twin_guides = getattr(spec.twin(result.backend), "ENUMERATED_GUIDES", ())
-        enumerated = next((g for g in spec.guides if g in twin_guides), None)
-        if enumerated is not None:
+        if _enumerated_guide(get_model(result.model), result.backend) is not None:
             return enumerated_elbo(result, data, num_particles=100, seed=result.seed)
         return fresh_elbo(result, data, num_particles=100)
+
+
+def _enumerated_guide(spec, backend: str) -> str | None:
+    """The model's first guide that sums its discrete latents out, if it has one."""
+    enumerated = getattr(spec.twin(backend), "ENUMERATED_GUIDES", ())
+    return next((g for g in spec.guides if g in enumerated), None)
 
 
 def _share(num_rows: int, shard):
@@ -412,8 +416,6 @@ def _checked_start(problem, given, default):
 
 def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
     """A fresh engine (no step taken) of a fitted run's model and ``guide`` at its parameters."""
-    from inference.backends import get_backend
-
     spec = get_model(result.model)
     back = get_backend(result.backend)
     device = back.resolve_device("cpu")
@@ -441,9 +443,9 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
     A Gumbel-softmax run optimises a relaxed objective; evaluating its global factors with ``z``
     enumerated (the optimal q(z) given them) puts every SVI run on the ELBO of the discrete model.
     """
-    spec = get_model(result.model)
-    twin_guides = getattr(spec.twin(result.backend), "ENUMERATED_GUIDES", ())
-    guide = next(g for g in spec.guides if g in twin_guides)
+    guide = _enumerated_guide(get_model(result.model), result.backend)
+    if guide is None:
+        raise ValueError(f"Model {result.model!r} has no guide that sums its discrete latents out.")
     engine = _evaluation_engine(result, data, guide, "enum", seed)
     return engine.elbo(engine.initial_state(), num_particles=num_particles, seed=seed)
 

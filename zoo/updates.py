@@ -135,9 +135,6 @@ class ClosedFormUpdates:
         cache = module.init_cache(data, config, xp)
         return module.init_state(cache, config, xp), cache
 
-    def update(self, state, cache, config, xp):
-        return self.load().update(state, cache, config, xp)
-
     def raw_params(self, state, cache, xp) -> dict:
         return self.load().raw_params(state, cache, xp)
 

@@ -52,6 +52,11 @@ class _Restarts(Algorithm):
     def _base(self) -> Algorithm:
         return inference.get_algorithm(self.base)
 
+    @property
+    def traits(self) -> Traits:
+        """The restarted algorithm's: the best of its objectives is one of them."""
+        return self._base().traits
+
     def unsupported(self, spec) -> str | None:
         why = self._base().unsupported(spec)
         if why is not None:
@@ -117,7 +122,6 @@ class CAVIRestarts(_Restarts):
 
     name = "cavi-restarts"
     base = "cavi"
-    traits = Traits(stochastic=False, minibatch=False, num_steps=500, tol=1e-6, objective="ELBO")
 
 
 class EMRestarts(_Restarts):
@@ -125,14 +129,6 @@ class EMRestarts(_Restarts):
 
     name = "em-restarts"
     base = "em"
-    traits = Traits(
-        stochastic=False,
-        minibatch=False,
-        num_steps=500,
-        tol=1e-6,
-        objective="log-likelihood",
-        estimate="point",
-    )
 
 
 def _seed(seed: int, start: int) -> int:
