@@ -142,6 +142,20 @@ class Algorithm(ABC):
         runs)."""
         return None
 
+    def default_num_steps(self, options: Any) -> int:
+        """How many steps a fit takes when the caller names no ``num_steps``."""
+        return self.traits.num_steps
+
+    def check_length(self, options: Any, num_steps: int | None, tol: float | None) -> None:
+        """Raise ``ValueError`` when a ``num_steps`` or ``tol`` the caller gave does not suit
+        these options (a sampler's steps are fixed by its warm-up and sample counts)."""
+        return None
+
+    def short_run(self, num_steps: int) -> dict:
+        """The ``fit`` arguments of a short run of about ``num_steps`` steps (the conformance
+        suite's)."""
+        return {"num_steps": num_steps}
+
     def prepare_data(self, spec: ModelSpec, data, options: Any, seed: int):
         """The data the fit runs on, from the data the caller gave (before they are checked)."""
         return data
@@ -161,7 +175,17 @@ class Algorithm(ABC):
     def get_params(self, state) -> dict[str, np.ndarray]:
         """The fitted parameters (numpy), named as the model's guide or updates name them."""
 
+    def describe(self, info) -> str | None:
+        """What the progress bar shows after a step with this ``info`` (None: the objective
+        per data point)."""
+        return None
+
     # --- checkpoints and results ----------------------------------------------------------------
+
+    def unsaveable(self, state) -> str | None:
+        """Why a run from ``state`` cannot be checkpointed and resumed exactly (``fit`` refuses
+        ``checkpoint=`` with this reason before the first step), or None."""
+        return None
 
     @abstractmethod
     def state_dict(self, state) -> tuple[dict, dict[str, np.ndarray]]:
@@ -170,6 +194,16 @@ class Algorithm(ABC):
     @abstractmethod
     def load_state_dict(self, state, skeleton: dict, arrays: dict) -> Any:
         """``state`` with what :meth:`state_dict` saved put back (a new state)."""
+
+    def draws(self, state) -> tuple[dict, dict] | None:
+        """A sampler's ``(draws, sample statistics)`` so far, numpy arrays of shape
+        (chains, draws, ...) by site and statistic; None for an algorithm that fits an
+        approximation or a point."""
+        return None
+
+    def summarize(self, spec: ModelSpec, raw_params: dict, config, state) -> dict:
+        """The user-facing parameters of a result (``FitResult.params``)."""
+        return spec.summarize(raw_params, config) if spec.summarize else dict(raw_params)
 
     def record(self, options: Any, state) -> dict:
         """The options as a result and a checkpoint record them (JSON-able); a checkpoint

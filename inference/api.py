@@ -182,7 +182,15 @@ def fit(
             f"Model {spec.name!r} does not support algorithm {algorithm!r} ({why}); it "
             f"supports {valid}."
         )
-    num_steps = alg.traits.num_steps if num_steps is None else num_steps
+    own, model_opts = split_options(alg, spec, options)
+    opts = alg.options(own)
+    for name in own:
+        reason = alg.ignores(spec, back.NAME, opts, name)
+        if reason:
+            raise ValueError(reason)
+    alg.check_length(opts, num_steps, tol)
+    if num_steps is None:
+        num_steps = alg.default_num_steps(opts)
     tol = alg.traits.tol if tol is None else tol
     _check_run_options(seed, num_steps, tol, checkpoint_every, callback)
     source = kept = None
@@ -193,12 +201,6 @@ def fit(
             "Data not held in memory (memory-mapped arrays or a stream of minibatches) need a "
             f"minibatch algorithm, one of {minibatch}; got {algorithm!r}."
         )
-    own, model_opts = split_options(alg, spec, options)
-    opts = alg.options(own)
-    for name in own:
-        reason = alg.ignores(spec, back.NAME, opts, name)
-        if reason:
-            raise ValueError(reason)
     if (validate_every is not None or patience is not None) and validation_data is None:
         raise ValueError("validate_every= and patience= need validation_data= to validate on.")
     if resume and checkpoint is None:
@@ -242,6 +244,8 @@ def fit(
         given=given,
     )
     state = alg.init(problem, opts)
+    if checkpoint is not None and alg.unsaveable(state):
+        raise ValueError(alg.unsaveable(state))
     guide = alg.guide(state)
     record = {
         "init": init if init is None or isinstance(init, str) else "array",
@@ -273,12 +277,13 @@ def fit(
     def make_result(state, history, converged, use_best=True):
         best = use_best and validation is not None and validation.best_params is not None
         raw = validation.best_params if best else alg.get_params(state)
+        draws, sample_stats = alg.draws(state) or (None, None)
         return FitResult(
             model=spec.name,
             algorithm=alg.name,
             backend=back.NAME,
             guide=guide,
-            params=spec.summarize(raw, problem.config) if spec.summarize else dict(raw),
+            params=alg.summarize(spec, raw, problem.config, state),
             raw_params=raw,
             config=problem.config,
             history={k: np.asarray(v) for k, v in history.items()},
@@ -289,6 +294,8 @@ def fit(
             options=record,
             data=kept if out_of_core else data,
             best_step=validation.best_step if best else None,
+            draws=draws,
+            sample_stats=sample_stats,
         )
 
     if validation_data is not None:

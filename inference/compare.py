@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from inference import accuracy
 from inference.api import fit, model_options
 from inference.backends import get_backend
 from inference.registry import get_algorithm, list_algorithms
 from zoo import get_model
 
 TARGET_GAP = 0.01  # nats per point: "reached the optimum" means within this of the best run
+REFERENCE_DRAWS = 4000  # draws of an exact reference posterior
 
 
 @dataclass
@@ -37,18 +39,31 @@ class Comparison:
         ("time_to_target_s", "{:.3f}"),
     )
 
+    #: With a reference posterior: how far each run's posterior is from it (``inference.accuracy``).
+    ACCURACY_COLUMNS = (
+        ("mean_error_sd", "{:.2f}"),
+        ("sd_ratio_median", "{:.2f}"),
+        ("sd_ratio_min", "{:.2f}"),
+        ("sliced_wasserstein", "{:.3f}"),
+    )
+
+    @property
+    def columns(self) -> tuple:
+        accuracy = any("mean_error_sd" in r for r in self.rows)
+        return self.COLUMNS + (self.ACCURACY_COLUMNS if accuracy else ())
+
     def __str__(self) -> str:
         return self.to_markdown()
 
     def to_markdown(self) -> str:
-        names = [c for c, _ in self.COLUMNS]
+        names = [c for c, _ in self.columns]
         lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
         for row in self.rows:
             cells = [
                 "-"
-                if row[c] is None or (isinstance(row[c], float) and np.isnan(row[c]))
+                if row.get(c) is None or (isinstance(row[c], float) and np.isnan(row[c]))
                 else f.format(row[c])
-                for c, f in self.COLUMNS
+                for c, f in self.columns
             ]
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
@@ -76,6 +91,7 @@ class Comparison:
         runs = [
             (r, res) for r, res in zip(self.rows, self.results, strict=True) if r["model"] == model
         ]
+        runs = [(r, res) for r, res in runs if np.isfinite(r["objective_per_point"])]
         best = max(r["objective_per_point"] for r, _ in runs)
         for row, res in runs:
             y = _smoothed(res) / res.num_data
@@ -125,6 +141,7 @@ def compare(
     test_data=None,
     num_steps=None,
     num_samples: int = 500,
+    reference=None,
     progress: bool = False,
     **options,
 ) -> Comparison:
@@ -137,6 +154,18 @@ def compare(
     it. ``num_steps`` may be a dict per algorithm. Rows hold the final objective per point (the
     ELBO; a log-likelihood for EM), the held-out log predictive per point, steps, wall time and
     the time to get within 0.01 nats/point of the best run's objective.
+
+    ``reference``: a posterior every run is measured against, adding the columns of
+    :func:`inference.accuracy.posterior_accuracy` (mean error in reference sds, ratios of sds,
+    sliced Wasserstein distance; mixtures matched to the reference's labelling first; point
+    estimates get the mean error only):
+
+    - ``"exact"``: the model's closed-form posterior (``ModelSpec.exact_posterior``);
+    - a sampler's name (NUTS's): the comparison's own run of it (its first backend and
+      seed), or a fit of it with its default options on the first backend when ``algorithms``
+      has none;
+    - a :class:`~inference.result.FitResult` of this model on these data (e.g. a longer NUTS
+      run).
     """
     spec = get_model(model)
     algorithms = list_algorithms() if algorithms is None else algorithms
@@ -157,6 +186,8 @@ def compare(
             f"num_steps names {sorted(set(num_steps) - set(algorithms))}, which are not among "
             f"the algorithms {list(algorithms)}."
         )
+    if reference is not None:
+        _check_reference(reference, spec, data)
     test_data = data if test_data is None else test_data
     rows, results = [], []
     for alg in algs:
@@ -167,6 +198,8 @@ def compare(
             for guide in _guides(alg, target, guides):
                 for seed in seeds:
                     steps = num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
+                    if alg.traits.estimate == "draws" and not isinstance(num_steps, dict):
+                        steps = None  # a sampler's length is its warm-up and draws
                     opts = _options_for(target, alg, guide, backend, options)
                     res = fit(
                         target,
@@ -204,15 +237,105 @@ def compare(
             f"No algorithm in {list(algorithms)} supports {spec.name!r} on {list(backends)}; "
             f"valid algorithms are {list_algorithms()}."
         )
-    # ELBOs are compared with ELBOs, EM's log-likelihoods with log-likelihoods.
+    # ELBOs are compared with ELBOs, EM's log-likelihoods with log-likelihoods; a sampler's
+    # rows have no objective to compare.
     best = {}
     for r in rows:
-        best[r["model"]] = max(best.get(r["model"], -np.inf), r["objective_per_point"])
+        if np.isfinite(r["objective_per_point"]):
+            best[r["model"]] = max(best.get(r["model"], -np.inf), r["objective_per_point"])
     for row, res in zip(rows, results, strict=True):
+        if row["model"] not in best or not np.isfinite(row["objective_per_point"]):
+            row["time_to_target_s"] = float("nan")
+            continue
         y = _smoothed(res) / res.num_data
         hit = np.nonzero(y >= best[row["model"]] - TARGET_GAP)[0]
         row["time_to_target_s"] = float(res.history["time"][hit[0]]) if len(hit) else float("nan")
+    if reference is not None:
+        ref_draws = _reference_draws(
+            reference, spec, data, rows, results, backends, options, progress
+        )
+        for row, res in zip(rows, results, strict=True):
+            row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
     return Comparison(rows=rows, results=results)
+
+
+def _samplers() -> list[str]:
+    return [a for a in list_algorithms() if get_algorithm(a).traits.estimate == "draws"]
+
+
+def _check_reference(reference, spec, data) -> None:
+    """A reference is the model's exact posterior, a sampler, or a result of this model given
+    these data."""
+    if isinstance(reference, str):
+        if reference == "exact":
+            if spec.exact_posterior is None:
+                raise ValueError(
+                    f"reference='exact' needs the model's posterior in closed form, and model "
+                    f"{spec.name!r} declares none (ModelSpec.exact_posterior); use a sampler: "
+                    f"{_samplers()}."
+                )
+            return
+        if reference not in _samplers():
+            raise ValueError(
+                f"reference must be 'exact', a sampler {_samplers()} or a FitResult of this "
+                f"model; got {reference!r}."
+            )
+        why = get_algorithm(reference).unsupported(spec)
+        if why:
+            raise ValueError(f"reference={reference!r}: {why}.")
+        return
+    if not hasattr(reference, "sample_posterior"):
+        raise ValueError(
+            f"reference must be 'exact', a sampler {_samplers()} or a FitResult of this model; "
+            f"got {type(reference).__name__}."
+        )
+    if reference.model != spec.name:
+        raise ValueError(
+            f"The reference is a fit of model {reference.model!r}; this comparison is of "
+            f"{spec.name!r}."
+        )
+    given = spec.validate_data(data)
+    if reference.num_data != len(next(iter(given.values()))) or (
+        reference.data is not None
+        and not all(np.array_equal(np.asarray(reference.data[k]), given[k]) for k in given)
+    ):
+        raise ValueError(
+            "The reference was fitted to other data than this comparison's; fit it to the "
+            "same data (or name a sampler, which samples them here)."
+        )
+
+
+def _reference_draws(reference, spec, data, rows, results, backends, options, progress):
+    """Draws of the reference posterior, as ``sample_posterior`` names them."""
+    model_opts = {k: v for k, v in options.items() if k in model_options(spec)}
+    if reference == "exact":
+        given = spec.validate_data(data)
+        config = spec.prepare(given, **model_opts)
+        rng = np.random.default_rng(0)
+        raw = spec.exact_posterior(given, config)
+        return spec.sample_posterior(raw, config, "exact", rng, REFERENCE_DRAWS)
+    if isinstance(reference, str):  # a sampler: its run in this comparison, else a new one
+        runs = [
+            res for row, res in zip(rows, results, strict=True)
+            if row["algorithm"] == reference and row["model"] == spec.name
+        ]  # fmt: skip
+        if runs:
+            reference = runs[0]
+        else:
+            run_opts = {k: v for k, v in options.items() if k in ("init", "dtype", "device")}
+            reference = fit(
+                spec, data, reference, backends[0], progress=progress, **model_opts, **run_opts
+            )
+    return reference.sample_posterior(num_samples=REFERENCE_DRAWS)
+
+
+def _accuracy(res, ref_draws, spec, num_samples, seed) -> dict:
+    """The accuracy columns of one run (point estimates: the mean error only)."""
+    point = get_algorithm(res.algorithm).traits.estimate == "point"
+    draws = res.sample_posterior(num_samples=2 if point else max(num_samples, 2), seed=seed)
+    return accuracy.posterior_accuracy(
+        draws, ref_draws, components=spec.exchangeable_components, point=point, seed=seed
+    )
 
 
 def _guides(alg, spec, guides):

@@ -207,7 +207,10 @@ def run(
                 history["objective"].append(objective)
                 history["time"].append(time.perf_counter() - t0)
                 bar.update(1)
-                if progress and (step % 25 == 0 or step + 1 == num_steps):
+                described = alg.describe(info) if progress else None
+                if described:
+                    bar.set_postfix_str(described, refresh=False)
+                elif progress and (step % 25 == 0 or step + 1 == num_steps):
                     # Stochastic objectives are noisy step to step: show their running mean.
                     recent = (
                         history["objective"][-RUNNING_MEAN_STEPS:] if stochastic else [objective]

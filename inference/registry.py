@@ -18,6 +18,7 @@ import warnings
 
 from inference.algorithm import Algorithm
 from inference.closed_form import CAVI, EM
+from inference.nuts import NUTSAlgorithm
 from inference.svi import SVI
 from inference.svi_natural import NaturalGradientSVI
 from zoo.plugins import new_entry_points
@@ -147,5 +148,5 @@ def _load_plugins_once() -> None:
         load_plugins()
 
 
-for _builtin in (CAVI, EM, SVI, NaturalGradientSVI):
+for _builtin in (CAVI, EM, SVI, NaturalGradientSVI, NUTSAlgorithm):
     _add(_builtin, replace=False, source="built-in")

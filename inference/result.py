@@ -49,6 +49,9 @@ class FitResult:
     options: dict = field(default_factory=dict)
     data: dict | None = field(default=None, repr=False)  # training data, kept in memory only
     best_step: int | None = None  # with validation data: the step whose parameters these are
+    # A sampler's draws of the model's latent sites and its statistics, (chains, draws, ...).
+    draws: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    sample_stats: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def objective(self) -> float:
@@ -65,9 +68,15 @@ class FitResult:
         return len(self.history["objective"])
 
     def sample_posterior(self, num_samples: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
-        """Draws of the global latents from the fitted posterior (a point mass for EM)."""
+        """Draws of the global latents from the fitted posterior (a point mass for EM).
+
+        A sampler's result gives its own draws, pooled over chains: all of them when
+        ``num_samples`` is at least their number, else ``num_samples`` evenly spaced ones.
+        """
         num_samples = check_num_samples(num_samples)
         spec = get_model(self.model)
+        if self.draws is not None:
+            return spec.draws_from_sites(_thinned(_pooled(self.draws), num_samples), self.config)
         if spec.sample_posterior is None:
             raise ValueError(
                 f"Model {self.model!r} has no global latent variables to draw (its latents are "
@@ -135,19 +144,35 @@ class FitResult:
         return importance_statistics(self, data, num_samples, seed, device)[0]
 
     def to_arviz(self, num_samples: int = 1000, seed: int = 0, data=None):
-        """Posterior draws as ``arviz.InferenceData`` (one chain), with the pointwise
-        log-likelihood of ``data`` (default: the training data, if this result still has it)."""
+        """Posterior draws as ``arviz.InferenceData``, with the pointwise log-likelihood of
+        ``data`` (default: the training data, if this result still has it).
+
+        A sampler's result gives its draws of the model's sites with their chains
+        (``posterior``: chain and draw dimensions) and its ``sample_stats`` (``diverging``,
+        ``step_size``, ``tree_depth``, ``acceptance_rate``, ...), so ``az.summary`` reports
+        r-hat and effective sample sizes; ``num_samples`` and ``seed`` are then unused. Other
+        results give ``num_samples`` draws from the fitted posterior as one chain.
+        """
         import arviz as az
 
-        draws = self.sample_posterior(num_samples, seed)
-        posterior = {k: v[None] for k, v in draws.items()}
-        data = self.data if data is None else data
+        spec = get_model(self.model)
         kwargs = {}
+        if self.draws is not None:
+            chains, per_chain = next(iter(self.draws.values())).shape[:2]
+            posterior = self.draws
+            draws = spec.draws_from_sites(_pooled(self.draws), self.config)
+            kwargs["sample_stats"] = self.sample_stats
+        else:
+            chains, per_chain = 1, None
+            draws = self.sample_posterior(num_samples, seed)
+            posterior = {k: v[None] for k, v in draws.items()}
+        data = self.data if data is None else data
         if data is not None:
-            spec = get_model(self.model)
             data = self._checked(data)
+            pointwise = spec.log_likelihood(draws, data)
             # One variable, the likelihood of a whole datum, named by the model's data keys.
-            kwargs["log_likelihood"] = {",".join(spec.data): spec.log_likelihood(draws, data)[None]}
+            pointwise = pointwise.reshape(chains, per_chain or pointwise.shape[0], -1)
+            kwargs["log_likelihood"] = {",".join(spec.data): pointwise}
             kwargs["observed_data"] = data
         return az.from_dict(posterior=posterior, **kwargs)
 
@@ -156,6 +181,8 @@ class FitResult:
         arrays = {f"params/{k}": v for k, v in self.params.items()}
         arrays.update({f"raw/{k}": v for k, v in self.raw_params.items()})
         arrays.update({f"history/{k}": v for k, v in self.history.items()})
+        for group, values in (("draws", self.draws), ("sample_stats", self.sample_stats)):
+            arrays.update({f"{group}/{k}": v for k, v in (values or {}).items()})
         config_scalars = {}
         for f in dataclasses.fields(self.config):
             value = getattr(self.config, f.name)
@@ -178,6 +205,20 @@ class FitResult:
             "config": config_scalars,
         }
         checkpoint.save(path, header, arrays)
+
+
+def _pooled(draws: dict) -> dict:
+    """(chains, draws, ...) -> (chains * draws, ...)."""
+    return {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
+
+
+def _thinned(draws: dict, num_samples: int) -> dict:
+    """At most ``num_samples`` evenly spaced draws (all of them when there are fewer)."""
+    total = len(next(iter(draws.values())))
+    if num_samples >= total:
+        return draws
+    keep = np.linspace(0, total - 1, num_samples).round().astype(int)
+    return {k: v[keep] for k, v in draws.items()}
 
 
 def _as_dict(spec, data) -> dict:
@@ -235,4 +276,6 @@ def load(path) -> FitResult:
         seed=header["seed"],
         options=header["options"],
         best_step=header.get("best_step"),
+        draws=group("draws") or None,
+        sample_stats=group("sample_stats") or None,
     )

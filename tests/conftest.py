@@ -1,10 +1,16 @@
+import importlib
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import zoo
+
+#: The example model plugin, Bayesian linear regression, and where its source is.
+REGRESSION_PLUGIN = "bayesian_linear_regression"
+PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "examples" / "extend"
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +39,20 @@ def data_dir():
             "binarized_mnist/ in their canonical download formats (see zoo.datasets)."
         )
     return path
+
+
+@pytest.fixture(scope="module")
+def regression_spec():
+    """The example plugin's spec: the installed one, else registered from its source for this
+    module only (and forgotten after, so the plugin's own tests find it through its entry
+    point)."""
+    if REGRESSION_PLUGIN in zoo.list_models():
+        yield zoo.get_model(REGRESSION_PLUGIN)
+        return
+    sys.path.insert(0, str(PLUGIN_SOURCE))
+    spec = zoo.register(importlib.import_module("zoo_linear_regression").SPEC, check=False)
+    yield spec
+    zoo.unregister(REGRESSION_PLUGIN)
+    sys.path.remove(str(PLUGIN_SOURCE))
+    for name in [m for m in sys.modules if m.split(".")[0] == "zoo_linear_regression"]:
+        del sys.modules[name]

@@ -88,3 +88,16 @@ def test_svi_natural_vs_cavi_quick(tmp_path):
     report = json.loads(path.read_text())
     assert positive(report["svi_natural"]["wall_s"])
     assert math.isfinite(report["svi_natural"]["heldout_per_point"])
+
+
+def test_nuts_overhead_quick(tmp_path):
+    path = str(tmp_path / "nuts.json")
+    rows = run_benchmark("nuts_overhead", ["--quick", "--backends", "numpyro", "--json", path])
+    assert [row["backend"] for row in rows] == ["numpyro"]
+    for row in rows:
+        assert positive(row["zoo_ess_per_s"]) and positive(row["bare_ess_per_s"])
+        assert row["ratio"] == pytest.approx(row["zoo_ess_per_s"] / row["bare_ess_per_s"])
+        # Same kernel, settings, start and seed: the zoo's chains are the bare ones.
+        zoo_ess = [ess for _, ess, _ in row["runs"]["zoo"]]
+        assert zoo_ess == [ess for _, ess, _ in row["runs"]["bare"]]
+    assert json.loads((tmp_path / "nuts.json").read_text())["rows"] == rows

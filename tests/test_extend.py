@@ -101,6 +101,8 @@ def test_the_plugin_is_found_through_its_entry_point(plugin, plugin_path):
     assert conformance.supported_runs(plugin) == [
         ("cavi", "pyro"),
         ("cavi", "numpyro"),
+        ("nuts", "pyro"),
+        ("nuts", "numpyro"),
         ("svi", "pyro"),
         ("svi", "numpyro"),
         ("svi-natural", "pyro"),
@@ -247,7 +249,7 @@ def test_the_cli_lists_and_fits_the_plugin(plugin, plugin_path, regression_data,
     listed = {m["name"]: m for m in json.loads(out.stdout)}
     assert {"bayesian_gmm", MODEL} <= set(listed)
     assert listed[MODEL]["source"].startswith("plugin zoo-linear-regression")
-    assert listed[MODEL]["algorithms"] == ["cavi", "svi", "svi-natural"]
+    assert listed[MODEL]["algorithms"] == ["cavi", "nuts", "svi", "svi-natural"]
 
     # `zoo fit ...`, run in this process (inference.cli.main) to spare a second start-up.
     from zoo_linear_regression.posterior import exact_posterior

@@ -81,6 +81,26 @@ class ModelSpec:
     check_data : callable, optional
         ``check_data(data, config)``: checks that new data (e.g. a test set) fit a fitted model,
         beyond ``validate_data`` (``prepare`` does this for the training data).
+    draws_from_sites : callable, optional
+        ``draws_from_sites(sites, config) -> draws``: MCMC draws of the model's latent sample
+        sites (site name to a numpy array ``(S, *site shape)`` of constrained values; discrete
+        local sites such as a mixture's ``z`` are summed out and absent) as the draws
+        ``sample_posterior`` gives: the same keys and shapes, which ``log_likelihood`` reads. A
+        model that sets it declares that every latent variable is global, or discrete and
+        enumerable, so that NUTS can sample it. Requires ``sites_from_params``.
+    sites_from_params : callable, optional
+        ``sites_from_params(raw_params, config) -> sites``: a point in the support of every
+        latent sample site (numpy, site shapes without a draw axis), read from the raw parameters
+        of a fitted posterior or of ``exact_posterior`` (its mean where it has one); the
+        sampler's chains start there.
+    exact_posterior : callable, optional
+        ``exact_posterior(data, config) -> raw_params``: the posterior in closed form, as raw
+        parameters that ``sample_posterior(raw_params, config, "exact", rng, num_samples)``
+        draws from; for conjugate models whose posterior is known exactly.
+    exchangeable_components : tuple of str
+        The keys of the ``sample_posterior`` draws whose axis 1 indexes exchangeable mixture
+        components: the posterior is defined only up to their relabelling, so comparisons of
+        two posteriors match components first.
     dtype : {"float32", "float64"}, optional
         The precision a fit uses when the caller names none (default: the algorithm's).
     example_options : mapping
@@ -107,6 +127,10 @@ class ModelSpec:
     sample_posterior: Callable[..., dict] | None = None
     log_likelihood: Callable[..., np.ndarray] | None = None
     check_data: Callable[..., None] | None = None
+    draws_from_sites: Callable[[dict, Any], dict] | None = None
+    sites_from_params: Callable[[dict, Any], dict] | None = None
+    exact_posterior: Callable[[dict, Any], dict] | None = None
+    exchangeable_components: tuple[str, ...] = ()
     dtype: str | None = None
     minibatch: bool = False
     example_options: Mapping[str, Any] = field(default_factory=dict)

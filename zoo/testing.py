@@ -213,7 +213,9 @@ def check_spec(spec: ModelSpec) -> None:
         problems.append("data must map each data key to a zoo.DataField(ndim, kind, doc).")
     if not callable(spec.prepare):
         problems.append("prepare must be a function: prepare(data, **options) -> config.")
-    for hook in ("make_data", "summarize", "sample_posterior", "log_likelihood", "check_data"):
+    hooks = ("make_data", "summarize", "sample_posterior", "log_likelihood", "check_data")
+    hooks += ("draws_from_sites", "sites_from_params", "exact_posterior")
+    for hook in hooks:
         if getattr(spec, hook) is not None and not callable(getattr(spec, hook)):
             problems.append(f"{hook} must be a function or None.")
     if (spec.sample_posterior is None) != (spec.log_likelihood is None):
@@ -222,12 +224,39 @@ def check_spec(spec: ModelSpec) -> None:
             "from the one and scores data with the other. Give both, or neither (then every "
             "latent must be local to a data point, in the 'data' plate)."
         )
+    problems.extend(_sampling_problems(spec))
     if problems:
         raise ModelSpecError(
             f"Model {name!r} does not meet the zoo's contract:\n"
             + "\n".join(f"  - {p}" for p in problems)
             + "\n(docs/extending.md describes every field of ModelSpec.)"
         )
+
+
+def _sampling_problems(spec: ModelSpec) -> list[str]:
+    """What the hooks for MCMC and for comparisons with the exact posterior lack."""
+    problems = []
+    if spec.draws_from_sites is not None and spec.sites_from_params is None:
+        problems.append(
+            "draws_from_sites needs sites_from_params(raw_params, config) -> sites: the sampler "
+            "starts its chains at a point of every latent site read from a fitted posterior. "
+            "Add sites_from_params, or leave draws_from_sites out."
+        )
+    needs_draws = [
+        hook for hook in ("draws_from_sites", "exact_posterior") if getattr(spec, hook) is not None
+    ]
+    if needs_draws and spec.sample_posterior is None:
+        problems.append(
+            f"{' and '.join(needs_draws)} give draws in the form sample_posterior gives them; "
+            "add sample_posterior and log_likelihood."
+        )
+    components = spec.exchangeable_components
+    if not isinstance(components, tuple) or not all(isinstance(k, str) for k in components):
+        problems.append(
+            "exchangeable_components must be a tuple of the draws' keys whose axis 1 indexes "
+            f"mixture components, e.g. ('weights', 'means'); got {components!r}."
+        )
+    return problems
 
 
 # --- The twins, traced ----------------------------------------------------------------------

@@ -7,12 +7,21 @@ distribution is :class:`torch.distributions.RelaxedOneHotCategorical` itself, wh
 
 from __future__ import annotations
 
+import math
+
 import torch
 from pyro.distributions import Categorical, constraints
 from pyro.distributions import Wishart as _PyroWishart
+from torch.distributions import biject_to
+from torch.distributions.transforms import Transform
 from torch.distributions.utils import lazy_property
 
-__all__ = ["StickBreakingCategorical", "Wishart", "stick_breaking_log_weights"]
+__all__ = [
+    "PositiveDefiniteFromVector",
+    "StickBreakingCategorical",
+    "Wishart",
+    "stick_breaking_log_weights",
+]
 
 
 class Wishart(_PyroWishart):
@@ -27,6 +36,73 @@ class Wishart(_PyroWishart):
 
     def rsample(self, sample_shape=()) -> torch.Tensor:
         return self._bartlett_sampling(torch.Size(sample_shape))
+
+
+class PositiveDefiniteFromVector(Transform):
+    """A bijection from vectors of ``D (D + 1) / 2`` reals to ``D x D`` positive definite
+    matrices: the vector fills a lower-triangular ``L`` row by row, its diagonal through
+    ``exp``, and the matrix is ``L L^T``.
+
+    Samplers that move in an unconstrained space (NUTS) need a bijection for every continuous
+    site; torch registers none for ``positive_definite`` (its ``PositiveDefiniteTransform`` maps
+    from all ``D x D`` matrices and ignores the upper triangle, leaving directions the density
+    does not depend on), so importing this module registers this one with ``biject_to``. It is
+    the map NumPyro's ``biject_to(positive_definite)`` uses, so both backends sample the same
+    coordinates.
+    """
+
+    domain = constraints.independent(constraints.real, 1)
+    codomain = constraints.positive_definite
+    bijective = True
+
+    def __eq__(self, other):
+        return isinstance(other, PositiveDefiniteFromVector)
+
+    @staticmethod
+    def _dim(size: int) -> int:
+        dim = int(round((math.sqrt(8 * size + 1) - 1) / 2))
+        if dim * (dim + 1) // 2 != size:
+            raise ValueError(f"a vector of {size} reals fills no lower triangle")
+        return dim
+
+    def _cholesky(self, x):
+        dim = self._dim(x.shape[-1])
+        rows, cols = torch.tril_indices(dim, dim, device=x.device)
+        tril = x.new_zeros(*x.shape[:-1], dim, dim)
+        tril[..., rows, cols] = x
+        diagonal = torch.diagonal(tril, dim1=-2, dim2=-1)
+        return tril - torch.diag_embed(diagonal) + torch.diag_embed(diagonal.exp())
+
+    def _call(self, x):
+        tril = self._cholesky(x)
+        return tril @ tril.mT
+
+    def _inverse(self, y):
+        tril = torch.linalg.cholesky(y)
+        dim = y.shape[-1]
+        diagonal = torch.diagonal(tril, dim1=-2, dim2=-1)
+        tril = tril - torch.diag_embed(diagonal) + torch.diag_embed(diagonal.log())
+        rows, cols = torch.tril_indices(dim, dim, device=y.device)
+        return tril[..., rows, cols]
+
+    def log_abs_det_jacobian(self, x, y):
+        # exp on the diagonal: sum_i log L_ii; L -> L L^T: D log 2 + sum_i (D - i) log L_ii
+        # (i from 0), which together give D log 2 + sum_i (D - i + 1) log L_ii.
+        dim = y.shape[-1]
+        log_diagonal = torch.diagonal(self._cholesky(x), dim1=-2, dim2=-1).log()
+        powers = torch.arange(dim + 1, 1, -1, dtype=x.dtype, device=x.device)
+        return dim * math.log(2.0) + (powers * log_diagonal).sum(-1)
+
+    def forward_shape(self, shape):
+        return torch.Size((*shape[:-1], self._dim(shape[-1]), self._dim(shape[-1])))
+
+    def inverse_shape(self, shape):
+        return torch.Size((*shape[:-2], shape[-1] * (shape[-1] + 1) // 2))
+
+
+@biject_to.register(constraints.positive_definite)
+def _positive_definite_from_vector(constraint):
+    return PositiveDefiniteFromVector()
 
 
 def stick_breaking_log_weights(sticks: torch.Tensor) -> torch.Tensor:

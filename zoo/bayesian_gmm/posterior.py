@@ -1,4 +1,5 @@
-"""Draws from a fitted posterior and the mixture likelihood, in numpy (backend-neutral).
+"""Draws from a fitted posterior (or read from MCMC draws of the model's sites) and the mixture
+likelihood, in numpy (backend-neutral).
 
 Used for held-out log predictive densities and ``to_arviz``: both backends' fits are evaluated by
 the same code.
@@ -52,6 +53,45 @@ def sample_posterior(params, config, family, rng, num_samples):
     else:
         offset = (params["mean_scale_tril"] @ eps)[..., 0]
     return {"weights": weights, "means": means + offset, "precisions": precisions}
+
+
+def _normalised_weights(sites, config):
+    """(S, K) mixture weights from the weight site's draws, renormalised over the K components
+    kept (the stick-breaking truncation leaves mass beyond K), as ``sample_posterior`` does."""
+    if config.weight_prior == "dirichlet_process":
+        weights = _stick_breaking(np.asarray(sites["sticks"]))
+    else:
+        weights = np.asarray(sites["weights"])
+    return weights / weights.sum(-1, keepdims=True)
+
+
+def draws_from_sites(sites, config) -> dict:
+    """MCMC draws of the sites (``sticks`` or ``weights``, ``precisions``, ``means``; ``z`` summed
+    out) as the draws of :func:`sample_posterior`."""
+    return {
+        "weights": _normalised_weights(sites, config),
+        "means": np.asarray(sites["means"]),
+        "precisions": np.asarray(sites["precisions"]),
+    }
+
+
+def sites_from_params(params, config) -> dict:
+    """The posterior mean of every latent site, from the raw parameters of the CAVI family or of
+    the ``enum`` and ``gumbel`` guides (which share the global factors): a point inside every
+    site's support, where the sampler's chains start."""
+    tril, dof = np.asarray(params["scale_tril"]), np.asarray(params["dof"])
+    sites = {
+        # E[Lambda_k] = nu_k W_k for Lambda_k ~ Wishart(nu_k, W_k = L_k L_k^T).
+        "precisions": dof[:, None, None] * (tril @ np.swapaxes(tril, -1, -2)),
+        "means": np.asarray(params["mean_loc"]),
+    }
+    if config.weight_prior == "dirichlet_process":
+        a, b = np.asarray(params["stick_a"]), np.asarray(params["stick_b"])
+        sites["sticks"] = a / (a + b)
+    else:
+        concentration = np.asarray(params["weight_concentration"])
+        sites["weights"] = concentration / concentration.sum()
+    return sites
 
 
 def log_likelihood(samples, data, chunk: int = 64) -> np.ndarray:

@@ -210,6 +210,9 @@ SPEC = BinaryDataSpec(
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
     check_data=check_dim,
+    draws_from_sites=posterior.draws_from_sites,
+    sites_from_params=posterior.sites_from_params,
+    exchangeable_components=("weights", "probs"),
     example_options={"K": 3},
     tags=("discrete-latent", "conjugate", "mixture", "binary", "map"),
 )

@@ -1,4 +1,5 @@
-"""The fitted point estimate as draws, the mixture likelihood and the log joint, in numpy.
+"""The fitted point estimate as draws (and MCMC draws of the sites read as the same draws), the
+mixture likelihood and the log joint, in numpy.
 
 Backend-neutral: both backends' fits are evaluated by the same code (held-out likelihood,
 ``to_arviz``) and the tests check the closed form against :func:`log_joint`.
@@ -23,6 +24,18 @@ def sample_posterior(params, config, family, rng, num_samples):
         "weights": np.broadcast_to(w, (S, *w.shape)),
         "probs": np.broadcast_to(p, (S, *p.shape)),
     }
+
+
+def draws_from_sites(sites, config) -> dict:
+    """MCMC draws of the sites ``weights`` (S, K) and ``probs`` (S, K, D) (``z`` summed out): the
+    draws already have the names and shapes of :func:`sample_posterior`'s."""
+    return {"weights": np.asarray(sites["weights"]), "probs": np.asarray(sites["probs"])}
+
+
+def sites_from_params(params, config) -> dict:
+    """The MAP point (``weights_map``, ``probs_map``), strictly inside the support when the
+    priors' parameters exceed 1 (``prepare`` enforces it): where the sampler's chains start."""
+    return {"weights": np.asarray(params["weights_map"]), "probs": np.asarray(params["probs_map"])}
 
 
 def component_log_likelihood(probs, x):

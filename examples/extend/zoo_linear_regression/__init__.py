@@ -15,7 +15,9 @@ Sites: ``coef`` (latent, one event of size D) and ``y`` (observed, plate ``data`
 The spec lists no algorithms: each algorithm decides from what the spec declares. The guides
 give SVI (``svi``); the closed-form updates in ``closed_form.py``, which ascend the ELBO, give
 coordinate-ascent VI (``cavi``); and their natural-gradient steps (``natural_gradient=True``)
-give natural-gradient SVI (``svi-natural``).
+give natural-gradient SVI (``svi-natural``). ``draws_from_sites`` and ``sites_from_params``
+(every latent is global) let NUTS sample the model, and ``exact_posterior`` (the closed form as
+raw parameters) is the reference that posterior comparisons measure every fit against.
 
 The package declares ``SPEC`` under the entry-point group ``zoo.models`` (``pyproject.toml``);
 once the package is installed, ``zoo.list_models()``, ``inference.fit`` and the ``zoo`` command
@@ -113,5 +115,11 @@ SPEC = ModelSpec(
     config_type=LinearRegressionConfig,
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
+    # Every latent (coef) is global, so NUTS can sample the model; its chains start at a fit's
+    # posterior mean.
+    draws_from_sites=posterior.draws_from_sites,
+    sites_from_params=posterior.sites_from_params,
+    # The reference that posterior comparisons measure every fit against.
+    exact_posterior=posterior.exact_raw_params,
     tags=("conjugate", "regression", "plugin"),
 )

@@ -2,6 +2,9 @@
 
 The zoo evaluates every fit through these two functions of the spec (``sample_posterior`` and
 ``log_likelihood``): held-out log predictive, ``FitResult.to_arviz()``, ``inference.compare``.
+MCMC draws of the model's site ``coef`` become the same draws through ``draws_from_sites``, and
+the sampler starts at ``sites_from_params``; ``exact_raw_params`` is the exact posterior in the
+form ``sample_posterior`` draws from, the reference the zoo compares posteriors against.
 """
 
 from __future__ import annotations
@@ -19,6 +22,13 @@ def exact_posterior(data: dict, config) -> tuple[np.ndarray, np.ndarray]:
     precision = config.prior_precision * np.eye(x.shape[1]) + noise_precision * x.T @ x
     covariance = np.linalg.inv(precision)
     return covariance @ (noise_precision * x.T @ y), covariance
+
+
+def exact_raw_params(data: dict, config) -> dict:
+    """:func:`exact_posterior` as raw parameters, in the parametrisation of the full-rank guide
+    and the closed-form updates, so that :func:`sample_posterior` draws from it."""
+    mean, cov = exact_posterior(data, config)
+    return {"coef_loc": mean, "coef_scale_tril": np.linalg.cholesky(cov)}
 
 
 def covariance(raw_params: dict) -> np.ndarray:
@@ -39,6 +49,18 @@ def sample_posterior(raw_params, config, family, rng, num_samples) -> dict:
     chol = np.linalg.cholesky(covariance(raw_params))
     coef = loc + rng.standard_normal((int(num_samples), loc.shape[0])) @ chol.T
     return {"coef": coef, "noise_scale": np.full(int(num_samples), config.noise_scale)}
+
+
+def draws_from_sites(sites: dict, config) -> dict:
+    """MCMC draws of the site ``coef`` (S, D) as :func:`sample_posterior`'s draws: the known
+    ``noise_scale`` rides along."""
+    coef = np.asarray(sites["coef"])
+    return {"coef": coef, "noise_scale": np.full(coef.shape[0], config.noise_scale)}
+
+
+def sites_from_params(raw_params: dict, config) -> dict:
+    """The posterior mean of ``coef``, where the sampler's chains start (any guide, or CAVI)."""
+    return {"coef": np.asarray(raw_params["coef_loc"])}
 
 
 def log_likelihood(draws: dict, data: dict) -> np.ndarray:

@@ -1,0 +1,131 @@
+"""NumPyro's own NUTS kernel, run a chunk of iterations at a time (``inference.nuts``).
+
+``numpyro.infer.NUTS`` does the sampling and the warm-up adaptation; this engine only drives its
+``init`` and ``sample`` the way ``numpyro.infer.MCMC`` does, but in chunks: each chunk is one
+compiled ``fori_loop`` of ``kernel.sample`` that records every iteration, so the loop around it
+can show progress and write checkpoints between chunks. The chunk's length is an argument of the
+compiled function, so every chunk (the last one shorter) runs the same compilation.
+
+Kernel states are NumPyro's ``HMCState`` pytrees, one per chain (``chain_method="sequential"``,
+chains run one after another, as ``MCMC`` runs them on one device) or one with a leading chain
+axis (``"vectorized"``, chains advanced together under ``vmap``). A state holds its own random
+key, so a run resumed from a saved state draws what the uninterrupted run draws.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.contrib.funsor import config_enumerate
+from numpyro.infer import NUTS, init_to_uniform, init_to_value
+
+#: What each iteration records besides the draws: ArviZ's names for NUTS's statistics.
+STATS = ("diverging", "acceptance_rate", "step_size", "n_steps", "lp", "energy")
+
+
+class NUTSEngine:
+    """Chains of ``numpyro.infer.NUTS`` on ``model(data, config)``, discrete sites enumerated."""
+
+    def __init__(self, model, data, config, *, init_sites, options, seed, device):
+        # Discrete latent sites (a mixture's z) are summed out in the potential energy.
+        bound = config_enumerate(functools.partial(model, data, config))
+        init = init_to_uniform if init_sites is None else init_to_value(values=init_sites)
+        self.options, self.device, self.seed = options, device, seed
+        self.vectorized = options.chain_method == "vectorized"
+        self.kernel = NUTS(
+            bound,
+            target_accept_prob=options.target_accept_prob,
+            max_tree_depth=options.max_tree_depth,
+            dense_mass=options.dense_mass,
+            init_strategy=init,
+        )
+        self._chunk = None
+
+    def init(self):
+        """The chains' states before the first iteration."""
+        keys = jax.random.split(jax.random.PRNGKey(self.seed), self.options.num_chains)
+        keys = jax.device_put(keys, self.device)
+        num_warmup = self.options.num_warmup
+        if self.vectorized:
+            states = self.kernel.init(keys, num_warmup, model_args=(), model_kwargs={})
+        else:
+            states = [self.kernel.init(k, num_warmup, model_args=(), model_kwargs={}) for k in keys]
+        self._chunk = jax.jit(self._make_chunk())
+        # Committed to the device as the chunk's outputs are: an uncommitted first input would
+        # make the second chunk compile again.
+        return jax.device_put(states, self.device)
+
+    def _make_chunk(self):
+        kernel, size = self.kernel, self.options.chunk_size
+        constrain = kernel.postprocess_fn((), {})
+        if self.vectorized:
+            constrain = jax.vmap(constrain)
+
+        def record(state):
+            return constrain(state.z), {
+                "diverging": state.diverging,
+                "acceptance_rate": state.accept_prob,
+                "step_size": state.adapt_state.step_size,
+                "n_steps": state.num_steps,
+                "lp": -state.potential_energy,
+                "energy": state.energy,
+            }
+
+        def chunk(state, length):
+            """``length`` (<= chunk_size) iterations from ``state``: (state, records)."""
+            shapes = jax.eval_shape(record, state)
+            buffers = jax.tree.map(lambda s: jnp.zeros((size, *s.shape), s.dtype), shapes)
+
+            def body(i, carry):
+                state, buffers = carry
+                state = kernel.sample(state, (), {})
+                buffers = jax.tree.map(lambda b, r: b.at[i].set(r), buffers, record(state))
+                return state, buffers
+
+            return jax.lax.fori_loop(0, length, body, (state, buffers))
+
+        return chunk
+
+    def run(self, states, length: int):
+        """``length`` iterations of every chain: ``(states, sites, stats)``, the records as
+        numpy arrays of shape (chains, length, ...)."""
+        if self.vectorized:
+            states, (sites, stats) = self._chunk(states, length)
+            records = jax.tree.map(
+                lambda a: np.swapaxes(np.asarray(a)[:length], 0, 1), (sites, stats)
+            )
+        else:
+            out = [self._chunk(state, length) for state in states]
+            states = [state for state, _ in out]
+            records = jax.tree.map(
+                lambda *a: np.stack([np.asarray(x)[:length] for x in a]), *[r for _, r in out]
+            )
+        sites, stats = records
+        return states, sites, stats
+
+    @staticmethod
+    def state_arrays(states) -> dict[str, np.ndarray]:
+        """The chains' kernel states as flat numpy arrays (a checkpoint's part)."""
+        return {str(i): np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(states))}
+
+    def load_state_arrays(self, states, arrays: dict):
+        """``states`` with the saved arrays put back; a saved state of another structure
+        (other options, sites or backend version) is a ``ValueError``."""
+        leaves, treedef = jax.tree.flatten(states)
+        if len(arrays) != len(leaves):
+            raise ValueError(
+                f"a sampler state of {len(arrays)} arrays, this run's has {len(leaves)}"
+            )
+        restored = []
+        for i, leaf in enumerate(leaves):
+            saved = arrays[str(i)]
+            if saved.shape != leaf.shape or saved.dtype != leaf.dtype:
+                raise ValueError(
+                    f"sampler state array {i} is {saved.dtype}{list(saved.shape)}, this run's "
+                    f"is {leaf.dtype}{list(leaf.shape)}"
+                )
+            restored.append(jax.device_put(saved, self.device))
+        return jax.tree.unflatten(treedef, restored)

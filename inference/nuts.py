@@ -1,0 +1,280 @@
+"""The No-U-Turn sampler (``algorithm="nuts"``): Pyro's and NumPyro's own NUTS kernels.
+
+NUTS draws from the posterior itself rather than fitting an approximation to it, so it is the
+reference the other algorithms are measured against (``inference.compare(...,
+reference="nuts")``). It samples models whose latent variables are all global, or discrete and
+enumerable: the discrete ones (a mixture's ``z``) are summed out of the potential energy, as
+SVI's enumerated guides sum them out of the ELBO. A model says it is such a model by declaring
+how its sampled sites read as posterior draws (``ModelSpec.draws_from_sites``) and where its
+chains start (``ModelSpec.sites_from_params``).
+
+A step of the loop is a chunk of ``chunk_size`` iterations of every chain: the first
+``num_warmup`` iterations adapt the step size and the (diagonal or dense) mass matrix and are
+discarded, the next ``num_draws`` are kept. Chains of a mixture start from the point the other
+algorithms start from (one closed-form update from the k-means responsibilities), so they all
+explore the same labelling of the components; others start where the backend's default puts
+them (uniform in [-2, 2] in the unconstrained space, each chain its own draw).
+
+The backends' engines (``inference.backends.numpyro_mcmc``, ``inference.backends.pyro_mcmc``)
+drive the kernels. A NumPyro run checkpoints and resumes exactly (its kernel state is an array
+pytree with its own random key); a Pyro run cannot be checkpointed, and says so when asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
+from inference.closed_form import start_values
+
+CHAIN_METHODS = ("sequential", "vectorized")
+
+
+@dataclass(frozen=True)
+class NUTSOptions:
+    """NUTS's options.
+
+    num_chains : independent chains (r-hat compares them).
+    num_warmup : iterations per chain that adapt the step size and mass matrix (discarded).
+    num_draws : draws kept per chain after the warm-up.
+    target_accept_prob : the acceptance rate the step-size adaptation aims for.
+    max_tree_depth : at most ``2**max_tree_depth - 1`` leapfrog steps per iteration.
+    dense_mass : adapt a dense mass matrix (else diagonal).
+    chain_method : NumPyro: ``"sequential"`` runs chains one after another, as
+        ``numpyro.infer.MCMC`` does on one device; ``"vectorized"`` advances them together
+        (``vmap``), which suits a GPU. Pyro runs them one after another.
+    chunk_size : iterations per step of the loop (progress and checkpoints come between steps).
+    """
+
+    num_chains: int = 4
+    num_warmup: int = 500
+    num_draws: int = 500
+    target_accept_prob: float = 0.8
+    max_tree_depth: int = 10
+    dense_mass: bool = False
+    chain_method: str = "sequential"
+    chunk_size: int = 50
+
+    def __post_init__(self):
+        check_int("num_chains", self.num_chains)
+        check_int("num_warmup", self.num_warmup, low=0)
+        check_int("num_draws", self.num_draws)
+        check_int("max_tree_depth", self.max_tree_depth)
+        check_int("chunk_size", self.chunk_size)
+        check_choice("chain_method", self.chain_method, CHAIN_METHODS)
+        p = self.target_accept_prob
+        if isinstance(p, bool) or not isinstance(p, int | float | np.floating) or not 0 < p < 1:
+            raise ValueError(f"target_accept_prob must be a float in the range (0, 1); got {p!r}.")
+        if not isinstance(self.dense_mass, bool | np.bool_):
+            raise TypeError(f"dense_mass must be a bool; got {self.dense_mass!r}.")
+
+    @property
+    def num_iterations(self) -> int:
+        return self.num_warmup + self.num_draws
+
+
+class NUTSInfo(NamedTuple):
+    """A chunk's report. ``objective``: the log joint density (unconstrained, Jacobian
+    included) at the chains' last draws, averaged over chains; the rest summarise the chunk."""
+
+    objective: float
+    phase: str  # "warmup" or "sampling"
+    acceptance_rate: float  # mean over chains and the chunk's iterations
+    divergences: int  # divergent transitions after the warm-up so far, all chains
+    step_size: float  # mean over chains
+
+
+@dataclass(frozen=True)
+class NUTSState:
+    problem: Problem
+    options: NUTSOptions
+    engine: Any  # the backend's NUTSEngine
+    chains: Any  # the engine's kernel states
+    iteration: int = 0  # iterations done per chain
+    draws: tuple = ()  # per chunk after the warm-up: {site: (chains, n, ...)}
+    stats: tuple = ()  # per chunk after the warm-up: {statistic: (chains, n)}
+
+
+def _concatenate(chunks: tuple) -> dict[str, np.ndarray]:
+    if not chunks:
+        return {}
+    return {k: np.concatenate([c[k] for c in chunks], axis=1) for k in chunks[0]}
+
+
+def _why_not_sampled(spec) -> str:
+    tags = set(spec.tags)
+    if "maximum-likelihood" in tags:
+        return "its parameters have no prior, so there is no posterior to sample"
+    if tags & {"amortized", "neural", "local-latent"}:
+        return (
+            "its latent variables are continuous and local to each data point, and it holds "
+            "networks: NUTS samples a model's latent variables jointly, not an amortized guide"
+        )
+    return "it does not declare how its sampled sites read as draws"
+
+
+class NUTSAlgorithm(Algorithm):
+    name = "nuts"
+    Options = NUTSOptions
+    traits = Traits(
+        stochastic=False,
+        minibatch=False,
+        num_steps=20,  # with the default options; (num_warmup + num_draws) / chunk_size
+        tol=None,
+        objective="log joint density",
+        must_improve=False,
+        estimate="draws",
+        advice="Raise target_accept_prob, or use float64.",
+    )
+
+    def unsupported(self, spec) -> str | None:
+        if spec.draws_from_sites is None or spec.sites_from_params is None:
+            return (
+                f"NUTS samples models whose latent variables are all global, or discrete and "
+                f"enumerable; model {spec.name!r} is not one: {_why_not_sampled(spec)} "
+                "(ModelSpec.draws_from_sites)"
+            )
+        return None
+
+    def default_num_steps(self, options: NUTSOptions) -> int:
+        return math.ceil(options.num_iterations / options.chunk_size)
+
+    def check_length(self, options: NUTSOptions, num_steps, tol) -> None:
+        if tol:
+            raise ValueError(
+                f"tol={tol!r} would stop sampling early; NUTS runs num_warmup + num_draws "
+                "iterations per chain."
+            )
+        if num_steps is not None and num_steps != self.default_num_steps(options):
+            raise ValueError(
+                "NUTS runs num_warmup + num_draws iterations per chain; set those "
+                f"(num_warmup={options.num_warmup}, num_draws={options.num_draws}) "
+                f"instead of num_steps={num_steps}."
+            )
+
+    def short_run(self, num_steps: int) -> dict:
+        return {"num_chains": 2, "num_warmup": num_steps, "num_draws": num_steps}
+
+    def ignores(self, spec, backend: str, options: NUTSOptions, name: str) -> str | None:
+        if name == "chain_method" and backend == "pyro" and options.chain_method != "sequential":
+            return "chain_method= is NumPyro's; Pyro's chains run one after another."
+        return None
+
+    def unsaveable(self, state: NUTSState) -> str | None:
+        if state.problem.backend.NAME == "pyro":
+            return (
+                "A Pyro NUTS run cannot be checkpointed: Pyro keeps its kernel's adaptation "
+                "state in attributes it does not expose for saving, so a resumed run would not "
+                "continue the uninterrupted one exactly. Sample with backend='numpyro' to "
+                "checkpoint, or run without checkpoint=."
+            )
+        return None
+
+    def init(self, problem: Problem, options: NUTSOptions) -> NUTSState:
+        spec, back = problem.spec, problem.backend
+        engines = importlib.import_module(f"inference.backends.{back.NAME}_mcmc")
+        config = problem.backend_config()
+        start = start_values(problem, problem.init)
+        init_sites = None
+        if start is not None:
+            sites = spec.sites_from_params(start, problem.config)
+            init_sites = {
+                k: back.asarray(v, problem.device, problem.dtype) for k, v in sites.items()
+            }
+        engine = engines.NUTSEngine(
+            spec.build_model(back.NAME, config),
+            problem.backend_data(),
+            config,
+            init_sites=init_sites,
+            options=options,
+            seed=problem.seed,
+            device=problem.device,
+        )
+        return NUTSState(problem, options, engine, engine.init())
+
+    def step(self, state: NUTSState) -> tuple[NUTSState, NUTSInfo]:
+        opts = state.options
+        length = min(opts.chunk_size, opts.num_iterations - state.iteration)
+        chains, sites, stats = state.engine.run(state.chains, length)
+        # A tree of depth d takes up to 2**d - 1 leapfrog steps (ArviZ's tree_depth).
+        stats["tree_depth"] = np.ceil(np.log2(stats["n_steps"] + 1.0)).astype(np.int64)
+        # Iterations state.iteration .. + length - 1; those from num_warmup on are kept.
+        keep = max(0, opts.num_warmup - state.iteration)
+        draws, kept_stats = state.draws, state.stats
+        if keep < length:
+            draws += ({k: v[:, keep:] for k, v in sites.items()},)
+            kept_stats += ({k: v[:, keep:] for k, v in stats.items()},)
+        iteration = state.iteration + length
+        divergences = sum(int(s["diverging"].sum()) for s in kept_stats)
+        info = NUTSInfo(
+            objective=float(np.mean(stats["lp"][:, -1])),
+            phase="warmup" if iteration <= opts.num_warmup else "sampling",
+            acceptance_rate=float(np.mean(stats["acceptance_rate"])),
+            divergences=divergences,
+            step_size=float(np.mean(stats["step_size"][:, -1])),
+        )
+        new = dataclasses.replace(
+            state, chains=chains, iteration=iteration, draws=draws, stats=kept_stats
+        )
+        return new, info
+
+    def describe(self, info: NUTSInfo) -> str:
+        return (
+            f"{info.phase}, accept={info.acceptance_rate:.2f}, step={info.step_size:.3g}, "
+            f"divergences={info.divergences}"
+        )
+
+    def get_params(self, state: NUTSState) -> dict[str, np.ndarray]:
+        """The posterior means of the sampled sites (over chains and draws)."""
+        return {k: v.mean(axis=(0, 1)) for k, v in self.draws(state)[0].items()}
+
+    def draws(self, state: NUTSState) -> tuple[dict, dict]:
+        """``(sites, stats)``: the kept draws and their statistics, (chains, draws, ...)."""
+        return _concatenate(state.draws), _concatenate(state.stats)
+
+    def summarize(self, spec, raw_params, config, state: NUTSState) -> dict:
+        """The posterior means of the model's draws (``sample_posterior``'s names)."""
+        sites = self.draws(state)[0]
+        if not sites:
+            return {}
+        pooled = {k: v.reshape(-1, *v.shape[2:]) for k, v in sites.items()}
+        return {k: v.mean(axis=0) for k, v in spec.draws_from_sites(pooled, config).items()}
+
+    def record(self, options: NUTSOptions, state) -> dict:
+        return dataclasses.asdict(options)
+
+    def posterior_family(self, result) -> str | None:
+        return None
+
+    def state_dict(self, state: NUTSState) -> tuple[dict, dict[str, np.ndarray]]:
+        why = self.unsaveable(state)
+        if why:
+            raise ValueError(why)
+        arrays = {f"chains/{k}": v for k, v in state.engine.state_arrays(state.chains).items()}
+        sites, stats = self.draws(state)
+        arrays.update({f"draws/{k}": v for k, v in sites.items()})
+        arrays.update({f"stats/{k}": v for k, v in stats.items()})
+        return {"iteration": state.iteration}, arrays
+
+    def load_state_dict(self, state: NUTSState, skeleton: dict, arrays: dict) -> NUTSState:
+        def group(prefix):
+            return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+        chains = state.engine.load_state_arrays(state.chains, group("chains/"))
+        sites, stats = group("draws/"), group("stats/")
+        return dataclasses.replace(
+            state,
+            chains=chains,
+            iteration=int(skeleton["iteration"]),
+            draws=(sites,) if sites else (),
+            stats=(stats,) if stats else (),
+        )
+
+    def comparable_objective(self, result, data: dict) -> float:
+        return float("nan")  # a sampler ascends nothing

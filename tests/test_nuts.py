@@ -1,0 +1,270 @@
+"""NUTS (``algorithm="nuts"``) on both backends: draws against the exact posterior of the linear
+regression, r-hat on the built-in mixture, results with chains, exact resume, comparisons
+against a reference posterior, and clear errors for what it cannot do."""
+
+import dataclasses
+
+import arviz as az
+import numpy as np
+import pytest
+
+import inference
+import zoo
+
+REGRESSION = "bayesian_linear_regression"
+#: The sampler's settings on the linear regression (small: the posterior is a 3-D Gaussian).
+SHORT = {"num_chains": 4, "num_warmup": 200, "num_draws": 300}
+
+
+@pytest.fixture(scope="module")
+def regression_data(regression_spec):
+    return regression_spec.make_data(np.random.default_rng(0), 100)
+
+
+@pytest.fixture(scope="module", params=["numpyro", "pyro"])
+def regression_nuts(request, regression_data):
+    return inference.fit(
+        REGRESSION, regression_data, "nuts", request.param, seed=1, progress=False, **SHORT
+    )
+
+
+@pytest.fixture(scope="module")
+def gmm_nuts():
+    """NUTS with its default settings on the built-in mixture data (600 points, four
+    clusters), K=4."""
+    data = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0))
+    res = inference.fit(
+        "bayesian_gmm", data, "nuts", "numpyro", progress=False, K=4,
+        weight_prior="dirichlet_distribution",
+    )  # fmt: skip
+    return data, res
+
+
+def test_nuts_matches_the_exact_posterior_of_the_linear_regression(
+    regression_nuts, regression_spec, regression_data
+):
+    """Means within 4 Monte-Carlo standard errors (from the bulk ESS); sds within 10%."""
+    from zoo_linear_regression.posterior import exact_posterior
+
+    config = regression_spec.prepare(regression_spec.validate_data(regression_data))
+    mean, covariance = exact_posterior(regression_data, config)
+    sd = np.sqrt(np.diag(covariance))
+    coef = regression_nuts.draws["coef"]  # (chains, draws, D)
+    assert coef.shape == (4, 300, 3)
+    ess = az.ess(az.from_dict(posterior={"coef": coef}), method="bulk")["coef"].values
+    draws = coef.reshape(-1, 3)
+    standard_error = draws.std(axis=0) / np.sqrt(ess)
+    assert np.all(np.abs(draws.mean(axis=0) - mean) < 4 * standard_error)
+    np.testing.assert_allclose(draws.std(axis=0), sd, rtol=0.1)
+    assert float(az.rhat(regression_nuts.to_arviz()).to_array().max()) < 1.01
+
+
+def test_a_result_of_draws_gives_chains_stats_and_loo(regression_nuts):
+    idata = regression_nuts.to_arviz()
+    assert dict(idata.posterior.sizes)["chain"] == 4
+    assert dict(idata.posterior.sizes)["draw"] == 300
+    stats = set(idata.sample_stats.data_vars)
+    assert {"diverging", "step_size", "tree_depth", "acceptance_rate", "lp"} <= stats
+    assert idata.log_likelihood["x,y"].shape == (4, 300, 100)
+    assert np.isfinite(az.loo(idata).elpd_loo)
+    # The posterior's mean, and a held-out log predictive averaged over the draws.
+    assert regression_nuts.params["coef"].shape == (3,)
+    assert regression_nuts.sample_posterior(10_000)["coef"].shape == (1200, 3)
+    assert regression_nuts.sample_posterior(12)["coef"].shape == (12, 3)
+    assert np.all(np.isfinite(regression_nuts.log_marginal_likelihood(regression_nuts.data)))
+
+
+@pytest.mark.parametrize("backend", ["numpyro", "pyro"])
+def test_the_same_seed_gives_the_same_draws(regression_data, backend):
+    options = dict(seed=2, progress=False, num_chains=2, num_warmup=30, num_draws=30)
+    first = inference.fit(REGRESSION, regression_data, "nuts", backend, **options)
+    again = inference.fit(REGRESSION, regression_data, "nuts", backend, **options)
+    np.testing.assert_array_equal(again.draws["coef"], first.draws["coef"])
+
+
+def test_a_saved_run_of_draws_loads_with_its_chains(regression_nuts, tmp_path):
+    regression_nuts.save(tmp_path / "nuts.zoo")
+    loaded = inference.load(tmp_path / "nuts.zoo")
+    np.testing.assert_array_equal(loaded.draws["coef"], regression_nuts.draws["coef"])
+    assert set(loaded.sample_stats) == set(regression_nuts.sample_stats)
+    idata = loaded.to_arviz(data=regression_nuts.data)
+    assert dict(idata.posterior.sizes)["chain"] == 4
+
+
+def test_nuts_on_the_built_in_mixture_converges(gmm_nuts):
+    _, res = gmm_nuts
+    assert float(az.rhat(res.to_arviz()).to_array().max()) < 1.01
+    assert res.sample_stats["diverging"].sum() == 0
+
+
+def test_a_numpyro_run_resumes_to_the_uninterrupted_draws(regression_data, tmp_path):
+    options = dict(seed=3, progress=False, num_chains=2, num_warmup=60, num_draws=60)
+    options["chunk_size"] = 20
+    whole = inference.fit(REGRESSION, regression_data, "nuts", "numpyro", **options)
+
+    def interrupt(step, state, info):
+        if step == 4:  # past the warm-up's end (iteration 60) and into the draws
+            raise KeyboardInterrupt
+
+    path = tmp_path / "nuts.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        inference.fit(
+            REGRESSION, regression_data, "nuts", "numpyro", checkpoint=path,
+            checkpoint_every=1, callback=interrupt, **options,
+        )  # fmt: skip
+    resumed = inference.fit(
+        REGRESSION, regression_data, "nuts", "numpyro", checkpoint=path, resume=True, **options
+    )
+    np.testing.assert_array_equal(resumed.draws["coef"], whole.draws["coef"])
+    for name, values in whole.sample_stats.items():
+        np.testing.assert_array_equal(resumed.sample_stats[name], values)
+
+
+def test_a_pyro_run_refuses_a_checkpoint_before_sampling(regression_data, tmp_path):
+    with pytest.raises(ValueError, match="Pyro NUTS run cannot be checkpointed"):
+        inference.fit(
+            REGRESSION, regression_data, "nuts", "pyro", checkpoint=tmp_path / "c", **SHORT
+        )
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    "model,message",
+    [
+        ("vae", "continuous and local to each data point"),
+        ("gmm", "no prior"),
+        ("exchangeable_tokens", "NUTS samples models whose latent variables are all global"),
+    ],
+)
+def test_a_model_nuts_cannot_sample_is_refused_with_the_reason(model, message):
+    spec = zoo.get_model(model)
+    data = spec.make_data(np.random.default_rng(0), 20)
+    with pytest.raises(ValueError, match=message):
+        inference.fit(model, data, "nuts", progress=False)
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"num_chains": 0}, r"num_chains must be an int in the range \[1, inf\); got 0"),
+        ({"num_draws": -5}, r"num_draws must be an int in the range \[1, inf\)"),
+        ({"num_warmup": -1}, r"num_warmup must be an int in the range \[0, inf\)"),
+        ({"num_chains": 2.5}, "num_chains must be an int"),
+        ({"target_accept_prob": 1.0}, r"target_accept_prob must be a float in the range \(0, 1\)"),
+        ({"chain_method": "parallel"}, "chain_method must be one of"),
+        ({"num_steps": 7}, "NUTS runs num_warmup \\+ num_draws iterations"),
+        ({"tol": 1e-3}, "would stop sampling early"),
+        ({"lr": 0.1}, "lr= is an option of algorithm 'svi'"),
+    ],
+)
+def test_bad_sampler_options_are_refused_naming_the_option(regression_data, options, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        inference.fit(REGRESSION, regression_data, "nuts", "numpyro", progress=False, **options)
+
+
+def test_nan_data_are_refused_before_sampling(regression_data):
+    bad = {**regression_data, "y": regression_data["y"].copy()}
+    bad["y"][3] = np.nan
+    with pytest.raises(ValueError, match=r"data\['y'\] contains NaN or inf in 1 row"):
+        inference.fit(REGRESSION, bad, "nuts", "numpyro", progress=False)
+
+
+def test_compare_measures_every_run_against_the_exact_posterior(regression_data):
+    table = inference.compare(
+        REGRESSION, regression_data, ["cavi", "nuts"], ["numpyro"], reference="exact",
+        num_steps={"cavi": 5}, num_samples=2000, **SHORT,
+    )  # fmt: skip
+    rows = {r["algorithm"]: r for r in table.rows}
+    assert "sliced_wasserstein" in table.to_markdown()
+    # CAVI is exact here, NUTS is within Monte-Carlo error of it.
+    for name in ("cavi", "nuts"):
+        assert rows[name]["mean_error_sd"] < 0.2
+        assert 0.9 < rows[name]["sd_ratio_median"] < 1.1
+        assert rows[name]["sliced_wasserstein"] < 0.1
+
+
+def test_a_run_compared_with_itself_is_at_zero_distance(regression_data):
+    reference = inference.fit(
+        REGRESSION, regression_data, "nuts", "numpyro", seed=1, progress=False, **SHORT
+    )
+    table = inference.compare(
+        REGRESSION, regression_data, ["nuts"], ["numpyro"], seeds=(1,),
+        reference=reference, num_samples=10_000, **SHORT,
+    )  # fmt: skip
+    (row,) = table.rows
+    assert row["mean_error_sd"] == 0.0 and row["sd_ratio_median"] == 1.0
+    assert row["sliced_wasserstein"] < 1e-12
+
+
+def test_mixture_accuracy_does_not_depend_on_the_labels(gmm_nuts):
+    data, res = gmm_nuts
+    permuted = {
+        k: v[:, :, [2, 0, 3, 1]] if k in ("weights", "means", "precisions") else v
+        for k, v in res.draws.items()
+    }
+    relabelled = dataclasses.replace(res, draws=permuted)
+    rows = []
+    for reference in (res, relabelled):
+        table = inference.compare(
+            "bayesian_gmm", data, ["em", "cavi"], ["numpyro"], reference=reference, K=4,
+            weight_prior="dirichlet_distribution", num_steps={"em": 50, "cavi": 50},
+        )  # fmt: skip
+        rows.append({r["algorithm"]: r for r in table.rows})
+    for algorithm in ("em", "cavi"):
+        same = pytest.approx(rows[0][algorithm]["mean_error_sd"], rel=1e-12)
+        assert rows[1][algorithm]["mean_error_sd"] == same
+    same = pytest.approx(rows[0]["cavi"]["sliced_wasserstein"], rel=1e-12)
+    assert rows[1]["cavi"]["sliced_wasserstein"] == same
+    # A point estimate has a mean error only; CAVI's posterior is near NUTS's.
+    assert np.isnan(rows[0]["em"]["sd_ratio_median"])
+    assert rows[0]["cavi"]["mean_error_sd"] < 0.5
+    assert 0.8 < rows[0]["cavi"]["sd_ratio_median"] < 1.2
+
+
+@pytest.mark.parametrize(
+    "reference,message",
+    [
+        ("exact", "declares none"),
+        ("mcmc", "reference must be 'exact', a sampler"),
+    ],
+)
+def test_a_reference_that_cannot_be_had_is_refused(gmm_data, reference, message):
+    with pytest.raises(ValueError, match=message):
+        inference.compare("bayesian_gmm", {"x": gmm_data}, ["cavi"], ["numpyro"], K=3,
+                          reference=reference, num_steps=2)  # fmt: skip
+
+
+def test_a_reference_of_other_data_or_another_model_is_refused(
+    regression_nuts, regression_data, gmm_data
+):
+    other = {k: v[:50] for k, v in regression_data.items()}
+    with pytest.raises(ValueError, match="fitted to other data"):
+        inference.compare(REGRESSION, other, ["cavi"], ["numpyro"], reference=regression_nuts)
+    with pytest.raises(ValueError, match="a fit of model 'bayesian_linear_regression'"):
+        inference.compare(
+            "bayesian_gmm", {"x": gmm_data}, ["cavi"], ["numpyro"], K=3,
+            reference=regression_nuts, num_steps=2,
+        )  # fmt: skip
+
+
+def test_the_numpyro_draws_are_numpyro_mcmc_draws(regression_data, regression_spec):
+    """The zoo drives NumPyro's own kernel: with the same seed and settings, bare
+    ``numpyro.infer.MCMC`` gives the same draws."""
+    import functools
+
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    options = dict(num_chains=2, num_warmup=40, num_draws=40)
+    ours = inference.fit(REGRESSION, regression_data, "nuts", "numpyro", seed=5, progress=False,
+                         **options)  # fmt: skip
+    data = {
+        k: jax.numpy.asarray(v) for k, v in regression_spec.validate_data(regression_data).items()
+    }
+    config = regression_spec.prepare(regression_spec.validate_data(regression_data))
+    model = functools.partial(regression_spec.twin("numpyro").model, data, config)
+    mcmc = MCMC(NUTS(model), num_warmup=40, num_samples=40, num_chains=2,
+                chain_method="sequential", progress_bar=False)  # fmt: skip
+    mcmc.run(jax.random.PRNGKey(5))
+    bare = np.asarray(mcmc.get_samples(group_by_chain=True)["coef"])
+    np.testing.assert_allclose(ours.draws["coef"], bare, rtol=1e-12)
