@@ -167,14 +167,7 @@ class NUTSAlgorithm(Algorithm):
         return None
 
     def unsaveable(self, state: NUTSState) -> str | None:
-        if state.problem.backend.NAME == "pyro":
-            return (
-                "A Pyro NUTS run cannot be checkpointed: Pyro keeps its kernel's adaptation "
-                "state in attributes it does not expose for saving, so a resumed run would not "
-                "continue the uninterrupted one exactly. Sample with backend='numpyro' to "
-                "checkpoint, or run without checkpoint=."
-            )
-        return None
+        return state.engine.UNSAVEABLE
 
     def init(self, problem: Problem, options: NUTSOptions) -> NUTSState:
         spec, back = problem.spec, problem.backend

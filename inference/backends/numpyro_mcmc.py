@@ -29,6 +29,8 @@ STATS = ("diverging", "acceptance_rate", "step_size", "n_steps", "lp", "energy")
 class NUTSEngine:
     """Chains of ``numpyro.infer.NUTS`` on ``model(data, config)``, discrete sites enumerated."""
 
+    UNSAVEABLE = None  # its kernel states are array pytrees: checkpoints resume exactly
+
     def __init__(self, model, data, config, *, init_sites, options, seed, device):
         # Discrete latent sites (a mixture's z) are summed out in the potential energy.
         bound = config_enumerate(functools.partial(model, data, config))

@@ -44,6 +44,14 @@ class _CountingNUTS(NUTS):
 class NUTSEngine:
     """Chains of ``pyro.infer.NUTS`` on ``model(data, config)``, discrete sites enumerated."""
 
+    #: Why a run cannot be checkpointed (see the module).
+    UNSAVEABLE = (
+        "A Pyro NUTS run cannot be checkpointed: Pyro keeps its kernel's adaptation state in "
+        "attributes it does not expose for saving, so a resumed run would not continue the "
+        "uninterrupted one exactly. Sample with backend='numpyro' to checkpoint, or run "
+        "without checkpoint=."
+    )
+
     def __init__(self, model, data, config, *, init_sites, options, seed, device):
         self.model = config_enumerate(lambda: model(data, config))
         self.init_sites = init_sites
