@@ -171,7 +171,8 @@ def main(argv=None):
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"settings": vars(args), "rows": rows}, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if k != "json"}
+            json.dump({"settings": settings, "rows": rows}, f, indent=1)
     return rows
 
 

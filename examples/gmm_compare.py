@@ -1,11 +1,19 @@
-"""Compare CAVI, EM and SVI (enumerated and Gumbel-softmax guides) on the Bayesian GMM, both backends.
+"""Compare CAVI, EM, SVI (enumerated and Gumbel-softmax guides) and NUTS on the Bayesian GMM.
 
 The structured updates (CAVI, EM) reach their optimum in a few dozen sweeps; gradient-based SVI
-on the same model needs thousands of noisy steps. Writes a table (markdown and JSON), the
-objective against wall time, and the fitted ellipses.
+on the same model needs thousands of noisy steps. A second comparison, with as many components
+as the data have clusters, measures every run against NUTS (the assignments summed out): how far
+its posterior means are from NUTS's, in NUTS's posterior sds, and how its sds compare
+(mean-field VI understates them). Writes both tables (markdown and JSON), the objective against
+wall time, the fitted ellipses and the posterior marginals of a few parameters.
 
     python examples/gmm_compare.py             # the full comparison on the built-in data
+    python examples/gmm_compare.py --nuts-backends numpyro,pyro   # NUTS rows on both backends
     python examples/gmm_compare.py --quick     # seconds: a smoke run (tests run this)
+
+NUTS runs on NumPyro by default: Pyro's NUTS takes minutes per hundred iterations on this
+model (each gradient re-runs the enumerated model in Python), so its row is opt-in. The first
+backend of ``--nuts-backends`` gives the reference.
 """
 
 from __future__ import annotations
@@ -13,10 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 
+import arviz as az
 import numpy as np
 
 import inference
 import zoo
+from inference import accuracy
+from inference.compare import Comparison
 
 
 def plot_ellipses(comparison, x, path):
@@ -26,10 +37,11 @@ def plot_ellipses(comparison, x, path):
     import matplotlib.pyplot as plt
     from matplotlib.patches import Ellipse
 
+    backend = comparison.rows[-1]["backend"]  # one backend's fits (the last one's)
     runs = [
         (r, res)
         for r, res in zip(comparison.rows, comparison.results, strict=True)
-        if r["backend"] == "numpyro"
+        if r["backend"] == backend
     ]
     fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 4), squeeze=False)
     for ax, (row, res) in zip(axes[0], runs, strict=True):
@@ -60,43 +72,150 @@ def plot_ellipses(comparison, x, path):
     plt.close(fig)
 
 
+def plot_marginals(comparison, reference, path, num_components=3):
+    """Posterior marginals of the x-coordinate of the heaviest components' means and of the
+    heaviest weight, one line per algorithm and guide (on the reference's backend where it
+    ran there); every run's components matched to the reference's first. EM's point estimate
+    is a vertical line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = zoo.get_model("bayesian_gmm").exchangeable_components
+    ref = reference.sample_posterior(num_samples=4000)
+    order = np.argsort(-ref["weights"].mean(axis=0))[:num_components]
+    panels = [("means", (j, 0), f"means[{j}, 0]") for j in order]
+    panels.append(("weights", (order[0],), f"weights[{order[0]}]"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
+    runs = sorted(  # one run per algorithm and guide, the reference's backend's first
+        zip(comparison.rows, comparison.results, strict=True),
+        key=lambda run: run[0]["backend"] != reference.backend,
+    )
+    plotted = set()
+    for row, res in runs:
+        if (row["algorithm"], row["guide"]) in plotted:
+            continue
+        plotted.add((row["algorithm"], row["guide"]))
+        point = row["algorithm"] == "em"
+        draws = res.sample_posterior(num_samples=1 if point else 4000)
+        draws = accuracy.relabel(draws, accuracy.match_components(draws, ref, keys), keys)
+        label = row["algorithm"] + (f"-{row['guide']}" if row["guide"] else "")
+        for ax, (key, index, _) in zip(axes[0], panels, strict=True):
+            values = draws[key][(slice(None), *index)]
+            if point:
+                ax.axvline(values[0], color="k", ls=":", lw=1.2, label=label)
+            else:
+                ax.hist(values, bins=60, density=True, histtype="step", lw=1.4, label=label)
+    for ax, (_, _, title) in zip(axes[0], panels, strict=True):
+        ax.set_title(title)
+        ax.set_yticks([])
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_table(table, out, name):
+    print(table.to_markdown())
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(table.to_markdown() + "\n")
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        f.write(table.to_json())
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few steps of each, for tests")
     parser.add_argument("--n", type=int, default=1000, help="training points (same again held out)")
-    parser.add_argument("--K", type=int, default=8)
+    parser.add_argument("--K", type=int, default=8, help="components of the speed comparison")
     parser.add_argument("--svi-steps", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backends", default="pyro,numpyro", help="of CAVI, EM and SVI")
+    parser.add_argument(
+        "--accuracy-K", type=int, default=4, help="components of the accuracy comparison"
+    )
+    parser.add_argument(
+        "--nuts-backends",
+        default="numpyro",
+        help="comma-separated backends of the NUTS rows; the first gives the reference",
+    )
+    parser.add_argument("--nuts-chains", type=int, default=4)
+    parser.add_argument("--nuts-warmup", type=int, default=500)
+    parser.add_argument("--nuts-draws", type=int, default=500, help="draws per chain")
+    parser.add_argument("--nuts-max-tree-depth", type=int, default=10)
     parser.add_argument("--out", default="outputs/gmm_compare")
     args = parser.parse_args(argv)
     if args.quick:
         args.n, args.svi_steps = 200, 30
+        args.nuts_chains, args.nuts_warmup, args.nuts_draws = 2, 30, 30
+        args.nuts_max_tree_depth = 4
 
     spec = zoo.get_model("bayesian_gmm")
     rng = np.random.default_rng(args.seed)
     train, test = spec.make_data(rng, args.n), spec.make_data(rng, args.n)
+    common = dict(test_data=test, seeds=(args.seed,), num_samples=100 if args.quick else 1000)
+    num_steps = {"cavi": 500, "em": 500, "svi": args.svi_steps}
+    os.makedirs(args.out, exist_ok=True)
+
+    # Speed and objectives: more components than clusters, a stick-breaking prior.
     table = inference.compare(
         "bayesian_gmm",
         train,
         algorithms=("cavi", "em", "svi"),
-        backends=("pyro", "numpyro"),
-        test_data=test,
-        seeds=(args.seed,),
+        backends=tuple(args.backends.split(",")),
+        num_steps=num_steps,
         K=args.K,
         weight_prior="dirichlet_process",
-        num_steps={"cavi": 500, "em": 500, "svi": args.svi_steps},
-        num_samples=100 if args.quick else 1000,
+        **common,
     )
-    os.makedirs(args.out, exist_ok=True)
-    print(table.to_markdown())
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(table.to_markdown() + "\n")
-    with open(os.path.join(args.out, "table.json"), "w") as f:
-        f.write(table.to_json())
+    write_table(table, args.out, "table")
     table.plot(os.path.join(args.out, "objective_vs_time.png"))
     plot_ellipses(table, train["x"], os.path.join(args.out, "ellipses.png"))
-    print(f"wrote {args.out}/table.md, table.json, objective_vs_time.png, ellipses.png")
-    return table
+
+    # Accuracy against NUTS, where NUTS converges: as many components as clusters and a
+    # symmetric Dirichlet prior. (With surplus stick-breaking components the chains disagree
+    # on which components the data fill, and r-hat says so.) NUTS runs first: its run on the
+    # first of --nuts-backends is the reference of every row.
+    model = dict(K=args.accuracy_K, weight_prior="dirichlet_distribution", **common)
+    sampled = inference.compare(
+        "bayesian_gmm",
+        train,
+        algorithms=("nuts",),
+        backends=tuple(args.nuts_backends.split(",")),
+        reference="nuts",
+        num_chains=args.nuts_chains,
+        num_warmup=args.nuts_warmup,
+        num_draws=args.nuts_draws,
+        max_tree_depth=args.nuts_max_tree_depth,
+        **model,
+    )
+    reference = sampled.results[0]
+    summary = az.summary(reference.to_arviz(), kind="diagnostics")
+    divergences = int(reference.sample_stats["diverging"].sum())
+    print(
+        f"reference: NUTS on {reference.backend}, largest r-hat {summary['r_hat'].max():.3f}, "
+        f"smallest bulk ESS {summary['ess_bulk'].min():.0f}, {divergences} divergences"
+    )
+    fitted = inference.compare(
+        "bayesian_gmm",
+        train,
+        algorithms=("cavi", "em", "svi"),
+        backends=tuple(args.backends.split(",")),
+        num_steps=num_steps,
+        reference=reference,
+        **model,
+    )
+    accuracy_table = Comparison(
+        rows=fitted.rows + sampled.rows, results=fitted.results + sampled.results
+    )
+    write_table(accuracy_table, args.out, "accuracy")
+    plot_marginals(accuracy_table, reference, os.path.join(args.out, "marginals.png"))
+    print(
+        f"wrote {args.out}/table.md, table.json, objective_vs_time.png, ellipses.png, "
+        "accuracy.md, accuracy.json, marginals.png"
+    )
+    return table, accuracy_table
 
 
 if __name__ == "__main__":

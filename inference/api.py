@@ -182,6 +182,13 @@ def fit(
             f"Model {spec.name!r} does not support algorithm {algorithm!r} ({why}); it "
             f"supports {valid}."
         )
+    out_of_core = streaming.is_out_of_core(data)
+    if out_of_core and not alg.traits.minibatch:
+        minibatch = [a for a in list_algorithms() if get_algorithm(a).traits.minibatch]
+        raise ValueError(
+            "Data not held in memory (memory-mapped arrays or a stream of minibatches) need a "
+            f"minibatch algorithm, one of {minibatch}; got {algorithm!r}."
+        )
     own, model_opts = split_options(alg, spec, options)
     opts = alg.options(own)
     for name in own:
@@ -194,13 +201,6 @@ def fit(
     tol = alg.traits.tol if tol is None else tol
     _check_run_options(seed, num_steps, tol, checkpoint_every, callback)
     source = kept = None
-    out_of_core = streaming.is_out_of_core(data)
-    if out_of_core and not alg.traits.minibatch:
-        minibatch = [a for a in list_algorithms() if get_algorithm(a).traits.minibatch]
-        raise ValueError(
-            "Data not held in memory (memory-mapped arrays or a stream of minibatches) need a "
-            f"minibatch algorithm, one of {minibatch}; got {algorithm!r}."
-        )
     if (validate_every is not None or patience is not None) and validation_data is None:
         raise ValueError("validate_every= and patience= need validation_data= to validate on.")
     if resume and checkpoint is None:

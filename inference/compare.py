@@ -42,6 +42,7 @@ class Comparison:
     #: With a reference posterior: how far each run's posterior is from it (``inference.accuracy``).
     ACCURACY_COLUMNS = (
         ("mean_error_sd", "{:.2f}"),
+        ("mean_error_sd_median", "{:.2f}"),
         ("sd_ratio_median", "{:.2f}"),
         ("sd_ratio_min", "{:.2f}"),
         ("sliced_wasserstein", "{:.3f}"),
@@ -331,8 +332,12 @@ def _reference_draws(reference, spec, data, rows, results, backends, options, pr
 
 def _accuracy(res, ref_draws, spec, num_samples, seed) -> dict:
     """The accuracy columns of one run (point estimates: the mean error only)."""
-    point = get_algorithm(res.algorithm).traits.estimate == "point"
-    draws = res.sample_posterior(num_samples=2 if point else max(num_samples, 2), seed=seed)
+    estimate = get_algorithm(res.algorithm).traits.estimate
+    point = estimate == "point"
+    # A sampler's draws are measured as a reference's are (up to REFERENCE_DRAWS of them), so
+    # the sampler that gives the reference is at distance zero from it.
+    num_samples = REFERENCE_DRAWS if estimate == "draws" else max(num_samples, 2)
+    draws = res.sample_posterior(num_samples=2 if point else num_samples, seed=seed)
     return accuracy.posterior_accuracy(
         draws, ref_draws, components=spec.exchangeable_components, point=point, seed=seed
     )

@@ -159,7 +159,15 @@ class NUTSAlgorithm(Algorithm):
             )
 
     def short_run(self, num_steps: int) -> dict:
-        return {"num_chains": 2, "num_warmup": num_steps, "num_draws": num_steps}
+        # Shallow trees: early warm-up picks poor step sizes, and a check of the contract does
+        # not need the 1,023 leapfrog steps a depth-10 tree may take per iteration.
+        length = max(num_steps // 4, 5)  # an iteration is a whole trajectory, not one step
+        return {
+            "num_chains": 2,
+            "num_warmup": length,
+            "num_draws": length,
+            "max_tree_depth": 4,
+        }
 
     def ignores(self, spec, backend: str, options: NUTSOptions, name: str) -> str | None:
         if name == "chain_method" and backend == "pyro" and options.chain_method != "sequential":

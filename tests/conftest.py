@@ -8,6 +8,13 @@ import pytest
 
 import zoo
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    # One xdist worker per core: a worker's torch ops on more threads than that only contend
+    # with the other workers (Pyro's many small ops, NUTS above all, slow down several-fold).
+    torch.set_num_threads(1)
+
 #: The example model plugin, Bayesian linear regression, and where its source is.
 REGRESSION_PLUGIN = "bayesian_linear_regression"
 PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "examples" / "extend"

@@ -100,4 +100,4 @@ def test_nuts_overhead_quick(tmp_path):
         # Same kernel, settings, start and seed: the zoo's chains are the bare ones.
         zoo_ess = [ess for _, ess, _ in row["runs"]["zoo"]]
         assert zoo_ess == [ess for _, ess, _ in row["runs"]["bare"]]
-    assert json.loads((tmp_path / "nuts.json").read_text())["rows"] == rows
+    assert json.loads((tmp_path / "nuts.json").read_text())["rows"] == json.loads(json.dumps(rows))

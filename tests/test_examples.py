@@ -49,3 +49,30 @@ def test_vae_example_dynamic_protocol_draws_the_latent_space(tmp_path, data_dir,
     assert metrics["test_elbo"] < metrics["test_log_px_k20"] < 0
     assert metrics["static_test_elbo"] < metrics["static_test_log_px_k20"] < 0
     assert (tmp_path / "vae_latent_space.png").is_file()
+
+
+def test_gmm_compare_example_quick(tmp_path):
+    # CAVI, EM and SVI on Pyro only (NumPyro's compilations would double the time; the
+    # backends' fits are compared elsewhere); NUTS, the reference, on NumPyro.
+    argv = ["--quick", "--backends", "pyro", "--out", str(tmp_path)]
+    table, accuracy = run_example("gmm_compare", argv)
+    fitted = {
+        (algorithm, guide, "pyro")
+        for algorithm, guide in [("cavi", None), ("em", None), ("svi", "enum"), ("svi", "gumbel")]
+    }
+    assert {(r["algorithm"], r["guide"], r["backend"]) for r in table.rows} == fitted
+    assert "sd_ratio_median" not in table.to_markdown()  # no reference: no accuracy columns
+    rows = {(r["algorithm"], r["guide"], r["backend"]): r for r in accuracy.rows}
+    assert set(rows) == fitted | {("nuts", None, "numpyro")}
+    # NUTS is the reference: at distance zero from itself; every other run is measured against it.
+    nuts = rows["nuts", None, "numpyro"]
+    assert nuts["mean_error_sd"] == 0 and nuts["sliced_wasserstein"] == 0
+    assert nuts["sd_ratio_min"] == nuts["sd_ratio_max"] == 1
+    for key, row in rows.items():
+        assert np.isfinite(row["mean_error_sd"]) and np.isfinite(row["heldout_log_pred_per_point"])
+        point = key[0] == "em"  # a point estimate has no sds to compare
+        assert np.isnan(row["sd_ratio_median"]) == point, key
+    written = ["table.md", "table.json", "objective_vs_time.png", "ellipses.png"]
+    written += ["accuracy.md", "accuracy.json", "marginals.png"]
+    assert all((tmp_path / name).is_file() for name in written)
+    assert "sd_ratio_median" in (tmp_path / "accuracy.md").read_text()

@@ -118,12 +118,14 @@ def test_check_model_passes_on_the_plugin(plugin):
         "twins_and_log_joint",
         "cavi/pyro",
         "cavi/numpyro",
+        "nuts/pyro",
+        "nuts/numpyro",
         "svi/pyro",
         "svi/numpyro",
         "svi-natural/pyro",
         "svi-natural/numpyro",
     ]
-    assert "8 passed, 0 failed" in str(report)
+    assert "10 passed, 0 failed" in str(report)
 
 
 def _kl_gaussians(mean_q, cov_q, mean_p, cov_p) -> float:

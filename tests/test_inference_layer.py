@@ -198,6 +198,18 @@ def test_numpy_scalar_options_checkpoint_and_save(tmp_path, gmm_data):
     assert inference.load(tmp_path / "fit.zoo").options["batch_size"] == 50
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a Python started from a terminal (a process
+    started in the background may inherit SIGINT ignored, and then the loop leaves it so)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_an_interrupt_inside_a_step_waits_for_the_step(tmp_path, gmm_data, monkeypatch):
     """Ctrl-C half way through a step (here: between the update and the step count) is raised
     after the step, so the checkpoint holds a whole step and the resumed run matches."""
@@ -247,6 +259,7 @@ def _ctrl_c_in_step(monkeypatch, alg, at_call: int, times: int = 1):
     return finished
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_an_interrupt_on_the_converging_step_keeps_its_bookkeeping(tmp_path, gmm_data, monkeypatch):
     ALGORITHM = inference.get_algorithm("cavi")
     kwargs = dict(algorithm="cavi", backend="numpyro", K=3, num_steps=50, tol=1e-3, progress=False)
@@ -266,6 +279,7 @@ def test_an_interrupt_on_the_converging_step_keeps_its_bookkeeping(tmp_path, gmm
     assert tighter.num_steps > full.num_steps
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_a_second_interrupt_stops_the_step_at_once(gmm_data, monkeypatch):
     ALGORITHM = inference.get_algorithm("cavi")
     finished = _ctrl_c_in_step(monkeypatch, ALGORITHM, at_call=2, times=2)
@@ -514,7 +528,7 @@ def test_nan_guard_keeps_last_good_params(gmm_data, monkeypatch):
         (None, {"backend": "tf"}, "valid backends are"),
         (None, {"algorithm": "svi", "guide": "nope"}, "valid guides are"),
         (None, {"device": "cuda:7"}, "not available"),
-        (None, {"algorithm": "em"}, "supports \\['cavi', 'svi', 'svi-natural'\\]"),
+        (None, {"algorithm": "em"}, "supports \\['cavi', 'nuts', 'svi', 'svi-natural'\\]"),
         (None, {"weight_prior": "pitman_yor"}, "weight_prior must be one of"),
         (None, {"init": np.ones((3, 3))}, "shape \\(N, K\\)"),
         (None, {"num_steps": 0}, "num_steps must be"),

@@ -28,7 +28,7 @@ def regression_nuts(request, regression_data):
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gmm_nuts():
     """NUTS with its default settings on the built-in mixture data (600 points, four
     clusters), K=4."""
