@@ -155,18 +155,21 @@ def main(argv=None):
     rng = np.random.default_rng(args.seed)
     train, test = spec.make_data(rng, args.n), spec.make_data(rng, args.n)
     common = dict(test_data=test, seeds=(args.seed,), num_samples=100 if args.quick else 1000)
-    num_steps = {"cavi": 500, "em": 500, "svi": args.svi_steps}
+    # CAVI, EM and SVI, as both comparisons run them.
+    fits = dict(
+        algorithms=("cavi", "em", "svi"),
+        backends=tuple(args.backends.split(",")),
+        num_steps={"cavi": 500, "em": 500, "svi": args.svi_steps},
+    )
     os.makedirs(args.out, exist_ok=True)
 
     # Speed and objectives: more components than clusters, a stick-breaking prior.
     table = inference.compare(
         "bayesian_gmm",
         train,
-        algorithms=("cavi", "em", "svi"),
-        backends=tuple(args.backends.split(",")),
-        num_steps=num_steps,
         K=args.K,
         weight_prior="dirichlet_process",
+        **fits,
         **common,
     )
     write_table(table, args.out, "table")
@@ -197,15 +200,7 @@ def main(argv=None):
         f"reference: NUTS on {reference.backend}, largest r-hat {summary['r_hat'].max():.3f}, "
         f"smallest bulk ESS {summary['ess_bulk'].min():.0f}, {divergences} divergences"
     )
-    fitted = inference.compare(
-        "bayesian_gmm",
-        train,
-        algorithms=("cavi", "em", "svi"),
-        backends=tuple(args.backends.split(",")),
-        num_steps=num_steps,
-        reference=reference,
-        **model,
-    )
+    fitted = inference.compare("bayesian_gmm", train, reference=reference, **fits, **model)
     accuracy_table = Comparison(
         rows=fitted.rows + sampled.rows, results=fitted.results + sampled.results
     )
