@@ -7,9 +7,10 @@ registers; data in memory, memory-mapped or streamed.
 """
 
 from inference.algorithm import Algorithm, Info, Problem, Traits
-from inference.api import fit
+from inference.api import ConcurrentFitError, fit
 from inference.backends import get_backend
 from inference.checkpoint import CheckpointError
+from inference.checkpoint_guard import CheckpointInUseError
 from inference.compare import compare
 from inference.loop import NonFiniteObjectiveError
 from inference.registry import (
@@ -25,6 +26,8 @@ from inference.streaming import DataError, StreamEndedError
 __all__ = [
     "Algorithm",
     "CheckpointError",
+    "CheckpointInUseError",
+    "ConcurrentFitError",
     "DataError",
     "FitResult",
     "Info",

@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
+import threading
 import warnings
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy as np
 from inference import streaming
 from inference.algorithm import Problem
 from inference.backends import get_backend
+from inference.checkpoint_guard import check_path
 from inference.loop import nonfinite_advice, run
 from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms
 from inference.result import FitResult
@@ -94,6 +97,45 @@ def _check_run_options(seed, num_steps, tol, checkpoint_every, callback) -> None
         )
 
 
+class ConcurrentFitError(RuntimeError):
+    """A fit started while another was running in the same process."""
+
+
+_FIT_RUNNING = threading.Lock()
+_fit_owner: list[str] = []  # the thread of the fit under way, for the error
+
+
+def _one_at_a_time(fit_function):
+    """Fits in one process run one at a time: Pyro keeps parameters in one store per process and
+    NumPyro's handlers are process-wide too, so two fits at once would corrupt each other. The
+    second one fails at its start, naming the first; run fits in parallel in separate processes
+    (``multiprocessing``, ``concurrent.futures.ProcessPoolExecutor``)."""
+
+    @functools.wraps(fit_function)
+    def one_at_a_time(*args, **kwargs):
+        if not _FIT_RUNNING.acquire(blocking=False):
+            here = _fit_owner and _fit_owner[0] == threading.current_thread().name
+            where = (
+                "in this thread (a fit started from a callback?)"
+                if here
+                else (f"in thread {_fit_owner[0] if _fit_owner else '?'!r}")
+            )
+            raise ConcurrentFitError(
+                f"Another fit is running in this process, {where}. Fits share process-wide "
+                "state (Pyro's parameter store, NumPyro's effect handlers) and must run one at "
+                "a time in a process: wait for it, or fit in separate processes."
+            )
+        _fit_owner[:] = [threading.current_thread().name]
+        try:
+            return fit_function(*args, **kwargs)
+        finally:
+            _fit_owner.clear()
+            _FIT_RUNNING.release()
+
+    return one_at_a_time
+
+
+@_one_at_a_time
 def fit(
     model,
     data,
@@ -171,6 +213,18 @@ def fit(
         ``step_size`` and ``batch_size``), and the model's own (the parameters of its
         ``prepare``; for ``bayesian_gmm``: ``K``, ``weight_prior``, priors). An option that
         neither takes, or that the fit would ignore, is an error.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Bad data or options, naming the argument.
+    inference.CheckpointError
+        ``checkpoint=`` names a file that is not a checkpoint (it is never overwritten), a
+        checkpoint of another run (on resume), or one another fit is writing.
+    inference.ConcurrentFitError
+        Another fit is running in this process: fits run one at a time per process.
+    inference.NonFiniteObjectiveError
+        The objective became NaN or inf; ``error.result`` holds the last good parameters.
     """
     spec = get_model(model)
     alg = get_algorithm(algorithm)
@@ -205,6 +259,8 @@ def fit(
         raise ValueError("validate_every= and patience= need validation_data= to validate on.")
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=PATH, the file to resume from.")
+    if checkpoint is not None:  # before any work, so that no result is lost to a bad path
+        checkpoint = check_path(checkpoint, resume=resume)
 
     if num_data is not None and not out_of_core:
         raise ValueError("num_data= is for streams of minibatches; these data are in memory.")

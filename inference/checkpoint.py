@@ -1,13 +1,15 @@
 """Atomic, pickle-free files: a zip of ``.npy`` arrays plus one JSON header.
 
-Loading never runs code from the file: arrays are read with ``allow_pickle=False`` and the header is
-plain JSON.
+Loading never runs code from the file: arrays are read without pickle and the header is plain
+JSON. What a load reads is capped by the file's own size: the arrays of a file this project wrote
+are stored uncompressed, so a member that would expand far beyond it (a zip bomb), or an array
+header that declares more bytes than the member holds, is refused before memory is set aside.
 """
 
 from __future__ import annotations
 
-import io
 import json
+import math
 import os
 import zipfile
 
@@ -17,6 +19,11 @@ from zoo.files import atomic_write
 
 FORMAT = "ppl-zoo/1"
 _HEADER = "__header__"
+_SUFFIX = ".npy"
+
+#: A load reads at most this many times the file's size, plus :data:`EXPANSION_SLACK` bytes.
+MAX_EXPANSION = 2
+EXPANSION_SLACK = 1 << 20
 
 
 class CheckpointError(ValueError):
@@ -46,30 +53,102 @@ def save(path, header: dict, arrays: dict[str, np.ndarray]) -> None:
     atomic_write(path, lambda f: np.savez(f, **payload), durable=True)
 
 
-def load(path) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read a file written by :func:`save`; a damaged file raises :class:`CheckpointError`."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"No checkpoint or saved fit at {path!r}.")
-    try:
-        with open(path, "rb") as f:
-            blob = io.BytesIO(f.read())
-        # Checked first: np.load would read anything else as a lone array or a pickle, and its
-        # message for the latter suggests allow_pickle=True.
-        if not zipfile.is_zipfile(blob):
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """One ``.npy`` member, its declared shape checked against the bytes it holds before any
+    memory is set aside for it (a crafted header may declare terabytes)."""
+    name = info.filename
+    with zf.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise CheckpointError(f"member {name!r} has .npy format version {version}.")
+        if dtype.hasobject:
+            raise CheckpointError(f"member {name!r} holds Python objects, which need pickle.")
+        size = dtype.itemsize * math.prod(shape)
+        held = info.file_size - f.tell()
+        if size != held:
             raise CheckpointError(
-                f"{path!r} is not a zoo file, or is corrupt or truncated (no readable zip archive)."
+                f"member {name!r} declares an array of shape {shape} and dtype {dtype} "
+                f"({size} bytes) but holds {held} bytes."
             )
-        with np.load(blob, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-        header = json.loads(arrays.pop(_HEADER).tobytes().decode())
-    except CheckpointError:
-        raise
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError, RecursionError) as err:
-        raise CheckpointError(
-            f"{path!r} is not a readable zoo file (corrupt or truncated?): {err}"
-        ) from err
+        data = bytearray(f.read(size))  # a bytearray: the array is writable, as np.load's are
+    if len(data) != size:
+        raise CheckpointError(f"member {name!r} is truncated.")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _read(path: str, names=None) -> dict[str, np.ndarray]:
+    """The arrays of the zip at ``path`` (only those in ``names``, when given)."""
+    size = os.path.getsize(path)
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+        if names is not None:
+            infos = [i for i in infos if i.filename.removesuffix(_SUFFIX) in names]
+        declared = sum(i.file_size for i in infos)
+        if declared > MAX_EXPANSION * size + EXPANSION_SLACK:
+            raise CheckpointError(
+                f"its members would expand to {declared} bytes from a file of {size}: more than "
+                "a file of this project holds (this project stores arrays uncompressed)."
+            )
+        arrays = {}
+        for info in infos:
+            if not info.filename.endswith(_SUFFIX):
+                raise CheckpointError(f"member {info.filename!r} is not a .npy array.")
+            arrays[info.filename.removesuffix(_SUFFIX)] = _read_member(zf, info)
+    return arrays
+
+
+def _header(path: str, arrays: dict) -> dict:
+    if _HEADER not in arrays:
+        raise CheckpointError(f"{path!r} is a zip archive without a zoo header.")
+    header = json.loads(arrays.pop(_HEADER).tobytes().decode())
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         found = header.get("format") if isinstance(header, dict) else header
         raise CheckpointError(f"{path!r} has format {found!r}; expected {FORMAT!r}.")
-    return header, arrays
+    return header
+
+
+def _checked_read(path, names=None) -> tuple[dict, dict[str, np.ndarray]]:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No checkpoint or saved fit at {path!r}.")
+    if os.path.isdir(path):
+        raise CheckpointError(f"{path!r} is a directory, not a checkpoint or saved fit.")
+    try:
+        arrays = _read(path, names)
+        return _header(path, arrays), arrays
+    except CheckpointError as err:
+        if str(err).startswith(repr(path)):
+            raise
+        raise CheckpointError(f"{path!r} is not a readable zoo file: {err}") from err
+    except zipfile.BadZipFile as err:
+        raise CheckpointError(
+            f"{path!r} is not a zoo file, or is corrupt or truncated (no readable zip archive: "
+            f"{err})."
+        ) from err
+    except (
+        KeyError,
+        ValueError,
+        OSError,
+        EOFError,
+        RecursionError,
+        NotImplementedError,  # a zip member compressed by a method zipfile lacks
+        OverflowError,
+    ) as err:
+        raise CheckpointError(
+            f"{path!r} is not a readable zoo file (corrupt or truncated?): "
+            f"{type(err).__name__}: {err}"
+        ) from err
+
+
+def load(path) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read a file written by :func:`save`; a damaged file raises :class:`CheckpointError`."""
+    return _checked_read(path)
+
+
+def read_header(path) -> dict:
+    """The JSON header of a file written by :func:`save`, without reading its arrays."""
+    return _checked_read(path, names={_HEADER})[0]

@@ -13,7 +13,8 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference import checkpoint
+from inference import checkpoint, checkpoint_guard
+from inference.backends import tree_codec
 from inference.streaming import DataError
 
 RUNNING_MEAN_STEPS = 100
@@ -81,6 +82,30 @@ def _save(path, header, alg, state, history, validation=None):
     checkpoint.save(path, {**header, **extra, "kind": "checkpoint", "state": skeleton}, arrays)
 
 
+def _check_arrays(path, fresh, saved) -> None:
+    """Every array of this run's state is in the checkpoint with its dtype and shape (along the
+    axes a run grows, such as a sampler's draws, any length), so that a damaged or foreign file
+    is refused here, not steps later far from the cause."""
+    expected, found = (tree_codec.leaves(*pair) for pair in (fresh, saved))
+    for place, like in expected.items():
+        if place not in found:
+            raise checkpoint.CheckpointError(
+                f"Checkpoint {path!r} lacks the state's array {place!r}."
+            )
+        got = found[place]
+        grows = [n == 0 for n in like.shape]
+        if (
+            got.dtype != like.dtype
+            or got.ndim != like.ndim
+            or any(g != n and not z for g, n, z in zip(got.shape, like.shape, grows, strict=True))
+        ):
+            raise checkpoint.CheckpointError(
+                f"Checkpoint {path!r} holds the state's array {place!r} with shape "
+                f"{got.shape} and dtype {got.dtype}; this run's has shape {like.shape} and "
+                f"dtype {like.dtype}."
+            )
+
+
 def restore(path, header, alg, state, validation=None):
     """Load a checkpoint written for the same run; returns (state, history, step, stopped), with
     ``stopped`` "converged" or "early_stopping" for a run that ended before its last step."""
@@ -114,6 +139,7 @@ def restore(path, header, alg, state, validation=None):
     }
     if validation is not None and "validation" in saved:
         validation.load_state_dict(saved["validation"], arrays)
+    _check_arrays(path, alg.state_dict(state), (saved["state"], arrays))
     try:
         state = alg.load_state_dict(state, saved["state"], arrays)
     except (KeyError, ValueError) as err:
@@ -153,10 +179,51 @@ def run(
     ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt, a bad
     minibatch (``inference.streaming.DataError``) or a failed step (``OSError``,
     ``RuntimeError``: e.g. a lost ``torch.distributed`` peer) the last completed step is
-    checkpointed (when a path is given) before the exception propagates. With
+    checkpointed (when a path is given) before the exception propagates. The process that
+    writes the checkpoint holds a lock on it for the whole run
+    (``inference.checkpoint_guard.exclusive``). With
     ``write_checkpoints=False`` (the other processes of a data-parallel group) the checkpoint is
     read on resume but never written.
     """
+    writer = checkpoint_path is not None and write_checkpoints
+    with checkpoint_guard.exclusive(checkpoint_path) if writer else contextlib.nullcontext():
+        return _run(
+            alg,
+            state,
+            num_steps=num_steps,
+            tol=tol,
+            num_data=num_data,
+            progress=progress,
+            checkpoint_path=checkpoint_path,
+            checkpoint_every=checkpoint_every,
+            resume=resume,
+            header=header,
+            callback=callback,
+            make_result=make_result,
+            validation=validation,
+            write_checkpoints=write_checkpoints,
+            advice=advice,
+        )
+
+
+def _run(
+    alg,
+    state,
+    *,
+    num_steps,
+    tol,
+    num_data,
+    progress,
+    checkpoint_path,
+    checkpoint_every,
+    resume,
+    header,
+    callback,
+    make_result,
+    validation,
+    write_checkpoints,
+    advice,
+):
     header = {**(header or {}), "tol": tol}  # read back on resume, never compared
     stochastic = alg.traits.stochastic
     history = {"step": [], "objective": [], "time": []}

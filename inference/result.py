@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from inference import checkpoint
+from inference import checkpoint, saved_fit
 from inference.backends import get_backend
 from inference.evaluation import check_num_samples, importance_statistics
 from inference.registry import get_algorithm
@@ -203,6 +203,7 @@ class FitResult:
             "options": self.options,
             "best_step": self.best_step,
             "config": config_scalars,
+            "arrays": saved_fit.manifest(arrays),
         }
         checkpoint.save(path, header, arrays)
 
@@ -233,49 +234,53 @@ def _as_dict(spec, data) -> dict:
     return {next(iter(spec.data)): data}
 
 
-_SAVED_FIELDS = (
-    "model",
-    "algorithm",
-    "backend",
-    "guide",
-    "config",
-    "converged",
-    "timing",
-    "num_data",
-    "seed",
-    "options",
-)
-
-
 def load(path) -> FitResult:
-    """Read a ``FitResult`` written by ``FitResult.save`` (no code runs from the file)."""
+    """Read a ``FitResult`` written by ``FitResult.save`` (no code runs from the file).
+
+    The file is checked against what wrote it and against its model before anything is built
+    from it: a member missing or of the wrong shape, or a config value of the wrong type, raises
+    :class:`~inference.checkpoint.CheckpointError` naming it.
+    """
     header, arrays = checkpoint.load(path)
     if header.get("kind") != "fit_result":
         raise checkpoint.CheckpointError(f"{path!r} is a {header.get('kind')!r}, not a saved fit.")
-    missing = sorted(set(_SAVED_FIELDS) - set(header))
-    if missing:
-        raise checkpoint.CheckpointError(f"{path!r} is a saved fit without its {missing}.")
-    spec = get_model(header["model"])
+    saved_fit.check_header(path, header)
+    saved_fit.check_manifest(path, header.get("arrays"), arrays)
+    try:
+        spec = get_model(header["model"])
+    except KeyError as err:
+        raise checkpoint.CheckpointError(
+            f"{path!r} is a fit of model {header['model']!r}, which is not registered here "
+            "(is its plugin installed?)."
+        ) from err
+    try:
+        alg = get_algorithm(header["algorithm"])
+    except (KeyError, ValueError):
+        alg = None  # a plugin's algorithm that is not installed: the result still reads
 
     def group(prefix):
         return {k[len(prefix) + 1 :]: v for k, v in arrays.items() if k.startswith(prefix + "/")}
 
-    config = spec.config_type(**header["config"], **group("config"))
+    config = saved_fit.config(path, spec, header["config"], group("config"))
+    params, raw, draws = group("params"), group("raw"), group("draws")
+    saved_fit.check_parameters(path, spec, alg, config, params, raw, draws)
+    history = group("history")
+    saved_fit.check_history(path, history)
     return FitResult(
         model=header["model"],
         algorithm=header["algorithm"],
         backend=header["backend"],
         guide=header["guide"],
-        params=group("params"),
-        raw_params=group("raw"),
+        params=params,
+        raw_params=raw,
         config=config,
-        history=group("history"),
+        history=history,
         converged=header["converged"],
         timing=header["timing"],
         num_data=header["num_data"],
         seed=header["seed"],
         options=header["options"],
         best_step=header.get("best_step"),
-        draws=group("draws") or None,
+        draws=draws or None,
         sample_stats=group("sample_stats") or None,
     )

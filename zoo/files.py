@@ -3,8 +3,35 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
+
+_TOKEN_HEX = 6  # bytes of the random token in a temporary file's name
+
+
+def _temporary_name(name: str) -> str:
+    return f".tmp-{name}.{secrets.token_hex(_TOKEN_HEX)}"
+
+
+def remove_stale_temporaries(path) -> list[str]:
+    """Remove the temporary files that interrupted writes of ``path`` left (a process killed
+    with SIGKILL mid-write cannot clean up after itself); returns their paths. Only for a caller
+    that knows no other write of ``path`` is under way, e.g. one that holds a lock on it."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    pattern = re.compile(
+        rf"\.tmp-{re.escape(os.path.basename(path))}\.[0-9a-f]{{{2 * _TOKEN_HEX}}}"
+    )
+    removed = []
+    for entry in os.scandir(directory):
+        if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            try:
+                os.remove(entry.path)
+            except FileNotFoundError:
+                continue
+            removed.append(entry.path)
+    return removed
 
 
 def _create_temporary(directory: str, name: str) -> tuple[int, str]:
@@ -14,11 +41,20 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
     threads)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
-        tmp = os.path.join(directory, f".tmp-{name}.{secrets.token_hex(6)}")
+        tmp = os.path.join(directory, _temporary_name(name))
         try:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
             continue
+
+
+def probe_writable(directory) -> None:
+    """Raise the ``OSError`` that writing a file in ``directory`` would raise, if any (a
+    permission bit alone does not tell: a read-only file system, or a user who may write
+    anywhere)."""
+    fd, tmp = _create_temporary(os.fspath(directory), "probe")
+    os.close(fd)
+    os.remove(tmp)
 
 
 def atomic_write(path, write, *, durable: bool = False) -> None:

@@ -40,3 +40,36 @@ def decode(skeleton, arrays: dict, from_numpy):
     if "array" in skeleton:
         return from_numpy(arrays[skeleton["array"]])
     return skeleton["value"]
+
+
+_NODES = ("dict", "list", "tuple", "array", "value")
+
+
+def leaves(skeleton, arrays: dict) -> dict[str, np.ndarray]:
+    """The arrays of a checkpointed state by their place in it (dict keys by name, sequence
+    items by index), whatever order they were stored in: two states of the same run have the
+    same places. ``skeleton`` may hold encoded parts in plain dicts (``{"step": 3, "inner":
+    ...}``); arrays no part of it names are their own place."""
+    out: dict[str, np.ndarray] = {}
+    named: set[str] = set()
+
+    def walk(node, place):
+        if isinstance(node, dict) and len(node) == 1 and next(iter(node)) in _NODES:
+            kind, value = next(iter(node.items()))
+            if kind == "array":
+                named.add(value)
+                if value in arrays:
+                    out[place] = arrays[value]
+            elif kind == "dict":
+                for key, item in value:
+                    walk(item, f"{place}[{decode(key, arrays, lambda a: a)!r}]")
+            elif kind in ("list", "tuple"):
+                for i, item in enumerate(value):
+                    walk(item, f"{place}[{i}]")
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                walk(item, f"{place}.{key}" if place else str(key))
+
+    walk(skeleton, "")
+    out.update({key: value for key, value in arrays.items() if key not in named})
+    return out

@@ -1,0 +1,134 @@
+"""What keeps a run's checkpoint file safe: its path checked before the first step, one writer at
+a time, and no temporary files left behind by a writer that was killed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+
+from inference.checkpoint import CheckpointError, read_header
+from zoo.files import probe_writable, remove_stale_temporaries
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+    import msvcrt
+
+LOCK_SUFFIX = ".lock"
+
+
+class CheckpointInUseError(CheckpointError):
+    """Another fit, in this process or another, is writing the same checkpoint."""
+
+
+def check_path(path, *, resume: bool) -> str:
+    """``checkpoint=`` checked before any work is done, so that a run never loses its result
+    to a path it cannot write: a directory, a directory that does not exist or cannot be written,
+    or an existing file that is not a checkpoint (which a run must not overwrite). With
+    ``resume=True`` an existing file is read later, and refused then if it is not this run's.
+    Returns the path as a string."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"checkpoint= must be a file path (str or os.PathLike); got {path!r}.")
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if os.path.isdir(path):
+        raise ValueError(
+            f"checkpoint={path!r} is a directory; name a file in it, e.g. "
+            f"{os.path.join(path, 'fit.ckpt')!r}."
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(f"checkpoint={path!r}: the directory {directory!r} does not exist.")
+    try:
+        probe_writable(directory)
+    except OSError as err:
+        raise ValueError(
+            f"checkpoint={path!r}: cannot write in {directory!r} ({err.strerror or err})."
+        ) from err
+    if os.path.exists(path) and not resume:
+        try:
+            kind = read_header(path).get("kind")
+        except CheckpointError:
+            kind = None
+        if kind != "checkpoint":
+            what = "a saved fit" if kind == "fit_result" else "not a checkpoint of this project"
+            raise CheckpointError(
+                f"checkpoint={path!r} is an existing file that is {what}; it is not "
+                "overwritten. Name another file, or delete this one."
+            )
+    return path
+
+
+def _owner() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+
+
+def _describe(owner: dict) -> str:
+    if not owner:
+        return "another fit (its process has not yet said which)"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("since", 0)))
+    here = owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()
+    where = "this process" if here else f"process {owner.get('pid')} on {owner.get('host')!r}"
+    return f"another fit in {where}, running since {since}"
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except OSError:  # BlockingIOError on POSIX, PermissionError on Windows
+        return False
+    return True
+
+
+def _read_owner(fd: int) -> dict:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        owner = json.loads(os.read(fd, 4096).decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+@contextlib.contextmanager
+def exclusive(path):
+    """Hold an OS lock on ``path`` for the duration of a run: a second run checkpointing to the
+    same file, in this process or another, fails at its start with
+    :class:`CheckpointInUseError` naming the first. The lock is ``path + ".lock"``, released by
+    the OS if the process dies; the file itself is removed when the run ends. Temporary files
+    that an earlier, killed writer of ``path`` left behind are removed once the lock is held."""
+    lock_path = os.fspath(path) + LOCK_SUFFIX
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        if not _try_lock(fd):
+            owner = _read_owner(fd)
+            os.close(fd)
+            raise CheckpointInUseError(
+                f"checkpoint={os.fspath(path)!r} is being written by {_describe(owner)}; two "
+                "runs writing one checkpoint would overwrite each other's work. Wait for it to "
+                f"finish or name another file (if no such run exists, delete {lock_path!r})."
+            )
+        # The last holder removes the lock file when it ends; if it did so between our open and
+        # our lock, we hold a lock on a file no one else can see: open the path afresh.
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(lock_path)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(_owner()).encode())
+        remove_stale_temporaries(path)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(lock_path)  # while still locked, so no one else can be holding it
+        os.close(fd)  # releases the lock

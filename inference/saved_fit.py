@@ -1,0 +1,171 @@
+"""A saved fit checked against what wrote it and against its model, when it is loaded: a file
+with an array missing, an array of the wrong shape or a config value of the wrong type is refused
+with a :class:`~inference.checkpoint.CheckpointError` naming the member, instead of failing later,
+far from the cause."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import types
+import typing
+
+import numpy as np
+
+from inference.algorithm import Algorithm
+from inference.checkpoint import CheckpointError
+
+#: The header fields of a saved fit and the JSON types they hold.
+FIELDS = {
+    "model": str,
+    "algorithm": str,
+    "backend": str,
+    "guide": (str, type(None)),
+    "config": dict,
+    "converged": bool,
+    "timing": dict,
+    "num_data": int,
+    "seed": int,
+    "options": dict,
+}
+
+
+def manifest(arrays: dict[str, np.ndarray]) -> dict:
+    """What :func:`check_manifest` reads back: each array's shape and dtype."""
+    return {k: [list(np.shape(v)), np.asarray(v).dtype.str] for k, v in arrays.items()}
+
+
+def check_header(path, header: dict) -> None:
+    missing = sorted(set(FIELDS) - set(header))
+    if missing:
+        raise CheckpointError(f"{path!r} is a saved fit without its {missing}.")
+    for name, kind in FIELDS.items():
+        value = header[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise CheckpointError(
+                f"{path!r}: the header's {name!r} is {value!r}, not of the type a saved fit holds."
+            )
+    if header["num_data"] < 1 or header["seed"] < 0:
+        raise CheckpointError(f"{path!r}: the header's num_data or seed is out of range.")
+    best = header.get("best_step")
+    if best is not None and (not isinstance(best, int) or isinstance(best, bool) or best < 0):
+        raise CheckpointError(f"{path!r}: the header's 'best_step' is {best!r}.")
+
+
+def check_manifest(path, recorded: dict | None, arrays: dict) -> None:
+    """Every array the file was written with is there, with its shape and dtype, and no other
+    (files written before the manifest was recorded are read as they are)."""
+    if recorded is None:
+        return
+    if not isinstance(recorded, dict):
+        raise CheckpointError(f"{path!r}: the header's array manifest is damaged.")
+    for key in sorted(set(recorded) - set(arrays)):
+        raise CheckpointError(f"{path!r} lacks the member {key!r} it was saved with.")
+    for key in sorted(set(arrays) - set(recorded)):
+        raise CheckpointError(f"{path!r} holds a member {key!r} it was not saved with.")
+    for key, entry in recorded.items():
+        value = arrays[key]
+        try:
+            shape, dtype = tuple(entry[0]), np.dtype(entry[1])
+        except (TypeError, ValueError, IndexError) as err:
+            raise CheckpointError(f"{path!r}: the manifest entry of {key!r} is damaged.") from err
+        if value.shape != shape or value.dtype != dtype:
+            raise CheckpointError(
+                f"{path!r}: member {key!r} has shape {value.shape} and dtype {value.dtype}; it "
+                f"was saved with shape {shape} and dtype {dtype}."
+            )
+
+
+def _conforms(value, hint) -> bool:
+    """Whether a config value read from a file has the type its field declares."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_conforms(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if hint is np.ndarray:
+        return isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
+    origin = typing.get_origin(hint)
+    if origin in (tuple, list):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return isinstance(value, list | tuple) and all(_conforms(v, args[0]) for v in value if args)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def config(path, spec, scalars: dict, arrays: dict):
+    """The model's config rebuilt from the file, each field checked against its declared type."""
+    fields = {f.name: f for f in dataclasses.fields(spec.config_type)}
+    hints = typing.get_type_hints(spec.config_type)
+    values = {**scalars, **arrays}
+    for name in sorted(set(values) - set(fields)):
+        raise CheckpointError(
+            f"{path!r}: config {name!r} is not an option of model {spec.name!r}'s config."
+        )
+    for name, field in fields.items():
+        if name not in values:
+            if (
+                field.default is dataclasses.MISSING
+                and field.default_factory is dataclasses.MISSING
+            ):
+                raise CheckpointError(f"{path!r} lacks model {spec.name!r}'s config {name!r}.")
+            continue
+        if not _conforms(values[name], hints[name]):
+            raise CheckpointError(
+                f"{path!r}: config {name!r} is {values[name]!r}; model {spec.name!r} declares it "
+                f"{getattr(hints[name], '__name__', hints[name])}."
+            )
+        if typing.get_origin(hints[name]) is tuple:
+            values[name] = tuple(values[name])  # JSON keeps it as a list
+    return spec.config_type(**values)
+
+
+def _same_arrays(path, derived: dict, saved: dict, how: str) -> None:
+    for key in sorted(set(derived) ^ set(saved)):
+        raise CheckpointError(
+            f"{path!r}: member 'params/{key}' is {'missing' if key in derived else 'unexpected'}"
+            f" for {how}."
+        )
+    for key, value in saved.items():
+        if np.shape(derived[key]) != np.shape(value):
+            raise CheckpointError(
+                f"{path!r}: member 'params/{key}' has shape {np.shape(value)}; {how} gives "
+                f"{np.shape(derived[key])}."
+            )
+
+
+def check_parameters(path, spec, alg, config, params, raw, draws) -> None:
+    """The user-facing parameters agree with the raw ones they summarize, for the model's
+    config: a raw array missing or of the wrong shape shows there. (A sampler's summary is of its
+    draws, checked for a common chain and draw length instead.)"""
+    if draws:
+        lengths = {k: v.shape[:2] for k, v in draws.items()}
+        if len(set(lengths.values())) > 1 or any(v.ndim < 2 for v in draws.values()):
+            raise CheckpointError(f"{path!r}: its draws disagree in (chains, draws): {lengths}.")
+        return
+    if alg is not None and type(alg).summarize is not Algorithm.summarize:
+        return  # an algorithm with its own summary; nothing generic to hold it to
+    how = f"model {spec.name!r}'s summary of the raw parameters"
+    if spec.summarize is None:
+        _same_arrays(path, raw, params, how)
+        return
+    try:
+        derived = spec.summarize(raw, config)
+    except KeyError as err:
+        raise CheckpointError(f"{path!r} lacks the member 'raw/{err.args[0]}'.") from err
+    except (ValueError, TypeError, IndexError) as err:
+        raise CheckpointError(
+            f"{path!r}: its raw parameters do not fit model {spec.name!r} with this config "
+            f"({type(err).__name__}: {err})."
+        ) from err
+    _same_arrays(path, derived, params, how)
+
+
+def check_history(path, history: dict) -> None:
+    lengths = {k: v.shape for k, v in history.items()}
+    if any(len(s) != 1 for s in lengths.values()) or len(set(lengths.values())) > 1:
+        raise CheckpointError(f"{path!r}: its history arrays disagree in length: {lengths}.")
