@@ -111,7 +111,8 @@ def restore(path, header, alg, state, validation=None):
     ``stopped`` "converged" or "early_stopping" for a run that ended before its last step."""
     saved, arrays = checkpoint.load(path)
     if saved.get("kind") != "checkpoint":
-        raise checkpoint.CheckpointError(f"{path!r} is a {saved.get('kind')!r}, not a checkpoint.")
+        what = "a saved fit" if saved.get("kind") == "fit_result" else repr(saved.get("kind"))
+        raise checkpoint.CheckpointError(f"{path!r} is {what}, not a checkpoint to resume.")
     if "num_steps" not in header.get("options", {}):  # an extendable run (older files record it)
         saved["options"] = {k: v for k, v in saved.get("options", {}).items() if k != "num_steps"}
     for key in (

@@ -248,7 +248,7 @@ def load(path) -> FitResult:
     saved_fit.check_manifest(path, header.get("arrays"), arrays)
     try:
         spec = get_model(header["model"])
-    except KeyError as err:
+    except (KeyError, ValueError) as err:
         raise checkpoint.CheckpointError(
             f"{path!r} is a fit of model {header['model']!r}, which is not registered here "
             "(is its plugin installed?)."

@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,12 +19,6 @@ from zoo.datasets import (
     load_mnist,
 )
 
-DATA_DIR = Path(
-    os.environ.get("ZOO_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data"
-)
-# The data_dir fixture (conftest) fails, rather than skips, a test when the files are missing.
-needs_data = pytest.mark.usefixtures("data_dir")
-
 
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch):
@@ -38,12 +31,11 @@ def _no_network(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def mnist_test(tmp_path_factory):
-    return load_mnist("test", data_dir=DATA_DIR, cache_dir=tmp_path_factory.mktemp("c"))
+def mnist_test(data_dir, tmp_path_factory):
+    return load_mnist("test", data_dir=data_dir, cache_dir=tmp_path_factory.mktemp("c"))
 
 
-@needs_data
-def test_mnist_test_split(mnist_test):
+def test_mnist_test_split(data_dir, mnist_test):
     images, labels = mnist_test
     assert images.shape == (10_000, 28, 28) and images.dtype == np.uint8
     assert labels.shape == (10_000,) and labels.dtype == np.uint8
@@ -52,9 +44,8 @@ def test_mnist_test_split(mnist_test):
     assert labels[0] == 7
 
 
-@needs_data
-def test_mnist_train_split(tmp_path):
-    images, labels = load_mnist("train", data_dir=DATA_DIR, cache_dir=tmp_path)
+def test_mnist_train_split(data_dir, tmp_path):
+    images, labels = load_mnist("train", data_dir=data_dir, cache_dir=tmp_path)
     assert images.shape == (60_000, 28, 28) and images.dtype == np.uint8
     assert labels.shape == (60_000,) and labels.dtype == np.uint8
     assert labels[0] == 5
@@ -62,26 +53,23 @@ def test_mnist_train_split(tmp_path):
     assert 30 < images.mean() < 36  # MNIST mean grey level is about 33.3
 
 
-@needs_data
 @pytest.mark.parametrize("split", ["valid", "test"])
-def test_binarized_mnist(split, tmp_path):
-    x = load_binarized_mnist(split, data_dir=DATA_DIR, cache_dir=tmp_path)
+def test_binarized_mnist(data_dir, split, tmp_path):
+    x = load_binarized_mnist(split, data_dir=data_dir, cache_dir=tmp_path)
     assert x.shape == (10_000, 784) and x.dtype == np.uint8
     assert set(np.unique(x)) == {0, 1}
     assert 0.1 < x.mean() < 0.2
 
 
-@needs_data
-def test_binarized_mnist_train_once(tmp_path):
-    x = load_binarized_mnist("train", data_dir=DATA_DIR, cache_dir=tmp_path)
+def test_binarized_mnist_train_once(data_dir, tmp_path):
+    x = load_binarized_mnist("train", data_dir=data_dir, cache_dir=tmp_path)
     assert x.shape == (50_000, 784) and x.dtype == np.uint8
     assert 0.1 < x.mean() < 0.2 and x.max() == 1
 
 
-@needs_data
-def test_cache_created_and_reused(tmp_path, monkeypatch):
+def test_cache_created_and_reused(data_dir, tmp_path, monkeypatch):
     t0 = time.perf_counter()
-    first = load_binarized_mnist("test", data_dir=DATA_DIR, cache_dir=tmp_path)
+    first = load_binarized_mnist("test", data_dir=data_dir, cache_dir=tmp_path)
     t_first = time.perf_counter() - t0
     assert (tmp_path / "binarized_mnist_test.npy").is_file()
     assert (tmp_path / "binarized_mnist_test.json").is_file()
@@ -93,18 +81,17 @@ def test_cache_created_and_reused(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "_parse_amat", fail)
     monkeypatch.setattr(datasets, "_read_verified", fail)
     t0 = time.perf_counter()
-    second = load_binarized_mnist("test", data_dir=DATA_DIR, cache_dir=tmp_path)
+    second = load_binarized_mnist("test", data_dir=data_dir, cache_dir=tmp_path)
     t_second = time.perf_counter() - t0
     np.testing.assert_array_equal(first, second)
     assert t_second < t_first
 
 
-@needs_data
-def test_damaged_cache_is_parsed_anew(tmp_path):
-    first = load_binarized_mnist("valid", data_dir=DATA_DIR, cache_dir=tmp_path)
+def test_damaged_cache_is_parsed_anew(data_dir, tmp_path):
+    first = load_binarized_mnist("valid", data_dir=data_dir, cache_dir=tmp_path)
     # Same shape and dtype, valid .npy, other bytes: only the recorded checksum tells.
     np.save(tmp_path / "binarized_mnist_valid.npy", np.zeros_like(first))
-    again = load_binarized_mnist("valid", data_dir=DATA_DIR, cache_dir=tmp_path)
+    again = load_binarized_mnist("valid", data_dir=data_dir, cache_dir=tmp_path)
     np.testing.assert_array_equal(again, first)
     np.testing.assert_array_equal(np.load(tmp_path / "binarized_mnist_valid.npy"), first)
 
@@ -125,12 +112,11 @@ def test_atomic_write_gives_the_umask_permissions(tmp_path):
     assert (tmp_path / "f.bin").read_bytes() == b"y"
 
 
-@needs_data
-def test_cache_invalidated_by_changed_source(tmp_path):
+def test_cache_invalidated_by_changed_source(data_dir, tmp_path):
     data = tmp_path / "data"
     (data / "mnist").mkdir(parents=True)
     for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-        shutil.copy(DATA_DIR / "mnist" / name, data / "mnist" / name)
+        shutil.copy(data_dir / "mnist" / name, data / "mnist" / name)
     cache = tmp_path / "cache"
     load_mnist("test", data_dir=data, cache_dir=cache)
     assert (cache / "mnist_test_labels.npy").is_file()
@@ -144,13 +130,12 @@ def test_cache_invalidated_by_changed_source(tmp_path):
         load_mnist("test", data_dir=data, cache_dir=cache)
 
 
-@needs_data
 @pytest.mark.parametrize("how", ["flip", "truncate"])
-def test_corrupt_file_raises_and_is_not_cached(tmp_path, how):
+def test_corrupt_file_raises_and_is_not_cached(data_dir, tmp_path, how):
     data = tmp_path / "data"
     (data / "mnist").mkdir(parents=True)
-    shutil.copy(DATA_DIR / "mnist" / "t10k-images-idx3-ubyte.gz", data / "mnist")
-    src = DATA_DIR / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    shutil.copy(data_dir / "mnist" / "t10k-images-idx3-ubyte.gz", data / "mnist")
+    src = data_dir / "mnist" / "t10k-labels-idx1-ubyte.gz"
     blob = bytearray(src.read_bytes())
     if how == "flip":
         blob[100] ^= 0x01
@@ -201,11 +186,10 @@ def test_unpinned_uncompressed_file_requires_gz(tmp_path, monkeypatch):
         load_mnist("test", data_dir=tmp_path, cache_dir=tmp_path / "cache")
 
 
-@needs_data
-def test_download_via_patched_opener(tmp_path, monkeypatch, mnist_test):
+def test_download_via_patched_opener(data_dir, tmp_path, monkeypatch, mnist_test):
     served = {}
     for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-        served[name] = (DATA_DIR / "mnist" / name).read_bytes()
+        served[name] = (data_dir / "mnist" / name).read_bytes()
     opened = []
 
     def opener(url, *args, **kwargs):
@@ -225,9 +209,8 @@ def test_download_via_patched_opener(tmp_path, monkeypatch, mnist_test):
     assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(served)
 
 
-@needs_data
-def test_download_with_bad_bytes_fails(tmp_path, monkeypatch):
-    blob = (DATA_DIR / "mnist" / "t10k-labels-idx1-ubyte.gz").read_bytes()
+def test_download_with_bad_bytes_fails(data_dir, tmp_path, monkeypatch):
+    blob = (data_dir / "mnist" / "t10k-labels-idx1-ubyte.gz").read_bytes()
     monkeypatch.setattr(datasets, "_urlopen", lambda url, *a, **k: io.BytesIO(blob[:-10]))
     monkeypatch.delenv("ZOO_OFFLINE", raising=False)
     with pytest.raises(DatasetError) as info:
@@ -268,8 +251,7 @@ def test_amat_parser_fast_and_slow_paths():
         datasets._parse_amat(text.replace(b"1", b"2"), "t")
 
 
-@needs_data
-def test_dynamic_binarize(mnist_test):
+def test_dynamic_binarize(data_dir, mnist_test):
     images = mnist_test[0][:2000]
     a = dynamic_binarize(images, np.random.default_rng(42))
     b = dynamic_binarize(images, np.random.default_rng(42))

@@ -40,6 +40,7 @@ __all__ = [
     "DatasetError",
     "MNIST_MIRRORS",
     "SHA256",
+    "download",
     "dynamic_binarize",
     "load_binarized_mnist",
     "load_digits_binarized",
@@ -249,6 +250,35 @@ def _binarized_source(split: str, data_dir: Path) -> tuple[Path, str]:
     if path.is_file():
         return path, rel
     return _fetch(rel, data_dir, [BINARIZED_MNIST_URL.format(split=split)]), rel
+
+
+def download(data_dir: str | os.PathLike | None = None) -> Path:
+    """Make sure every MNIST and binarized MNIST file is in the data directory, downloading the
+    missing ones (each checked against its pinned SHA-256).
+
+    Parameters
+    ----------
+    data_dir : str or os.PathLike, optional
+        Default: ``$ZOO_DATA_DIR``, else ``~/.cache/ppl-zoo``.
+
+    Returns
+    -------
+    pathlib.Path
+        The data directory.
+
+    Raises
+    ------
+    DatasetError
+        At the first file that is missing and cannot be downloaded (offline, or
+        ``ZOO_OFFLINE=1``); the message says where to put it.
+    """
+    data_dir = resolve_data_dir(data_dir)
+    for images, labels, _ in _MNIST_SPLITS.values():
+        _mnist_source(images, data_dir)
+        _mnist_source(labels, data_dir)
+    for split in _BINARIZED_SPLITS:
+        _binarized_source(split, data_dir)
+    return data_dir
 
 
 # --------------------------------------------------------------------------------------------
