@@ -1,0 +1,280 @@
+"""Bad input to the command line: each is one line, ``zoo: error: ...`` naming the argument or
+file at fault, a non-zero exit status, no traceback, and no file of the user's touched. Paths are
+checked before any fitting starts. Runs ``inference.cli.main`` in this process, except where a
+real pipe is needed."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import inference
+import zoo
+from inference import cli
+from inference.cli import main
+from inference.registry import first_supporting, list_algorithms
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A folder of the user's files, good and bad, as the current directory."""
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.normal(size=(30, 2)))
+    np.save(tmp_path / "x1d.npy", rng.normal(size=30))
+    np.save(tmp_path / "object.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    objects = np.array([None, 1], dtype=object)
+    np.savez(tmp_path / "objects.npz", x=objects, allow_pickle=True)
+    (tmp_path / "text.npy").write_text("1.0 2.0\n3.0 4.0\n")
+    (tmp_path / "data.csv").write_text("1.0,2.0\n3.0,4.0\n")
+    np.savez(tmp_path / "x.npz", x=rng.normal(size=(30, 2)))
+    np.savez(tmp_path / "wrongkey.npz", y=rng.normal(size=(30, 2)))
+    (tmp_path / "garbage.npz").write_bytes(bytes(range(256)) * 4)
+    whole = (tmp_path / "x.npz").read_bytes()
+    (tmp_path / "truncated.npz").write_bytes(whole[: len(whole) // 2])
+    with zipfile.ZipFile(tmp_path / "textmember.npz", "w") as z:
+        z.writestr("x.npy", "not an array")
+    (tmp_path / "notes.txt").write_text("a file, not a folder\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked").chmod(0o500)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    (tmp_path / "locked").chmod(0o700)
+
+
+def _snapshot(root: Path) -> dict:
+    """Every file and folder under ``root``, with its size, mode and modification time."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(folder, name))
+            found[os.path.relpath(os.path.join(folder, name), root)] = (
+                st.st_size,
+                st.st_mode,
+                st.st_mtime_ns,
+            )
+    return found
+
+
+def _deny_writes_to(monkeypatch, folder: Path) -> None:
+    """As root, a folder's mode does not stop writes: refuse them the way a user would be."""
+    if os.geteuid() != 0:
+        return
+    real = os.access
+    denied = os.path.realpath(folder)
+
+    def access(path, mode, *args, **kwargs):
+        if mode & os.W_OK and os.path.realpath(path) == denied:
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(cli.os, "access", access)
+
+
+FIT = ["fit", "gmm"]
+COMPARE = ["compare", "gmm", "--algorithms", "em", "--backends", "pyro", "--num-steps", "2"]
+
+# (name, argv, what stderr must name, whether it is refused before the fit starts). A case
+# that reaches ``fit`` is refused by the checks of its options, before the first step.
+CASES = [
+    ("unknown model", ["fit", "no_such_model"], "'no_such_model'", True),
+    ("unknown model to compare", ["compare", "no_such_model"], "'no_such_model'", True),
+    ("unknown command", ["frobnicate"], "'frobnicate'", True),
+    ("no command", [], "COMMAND", True),
+    ("no model", ["fit"], "model", True),
+    ("option of list", ["list", "--bogus"], "--bogus", True),
+    ("unknown algorithm", [*FIT, "--algorithm", "nope"], "--algorithm", True),
+    ("algorithm the model lacks", [*FIT, "--algorithm", "cavi"], "'cavi'", False),
+    ("unknown backend", [*FIT, "--backend", "tensorflow"], "--backend", True),
+    ("unknown backend in a list", ["compare", "gmm", "--backends", "pyro,jax"], "--backends", True),
+    ("empty backend list", ["compare", "gmm", "--backends", ""], "--backends", True),
+    ("blank in a list", ["compare", "gmm", "--algorithms", "em,,svi"], "--algorithms", True),
+    ("repeated algorithm", ["compare", "gmm", "--algorithms", "em,em"], "--algorithms", True),
+    (
+        "unknown algorithm in a list",
+        ["compare", "gmm", "--algorithms", "em,x"],
+        "--algorithms",
+        True,
+    ),
+    ("unknown guide", [*FIT, "--guide", "gumbel"], "--guide", True),
+    ("guide for em", [*FIT, "--algorithm", "em", "--guide", "enum"], "guide", False),
+    ("unknown device", [*FIT, "--backend", "pyro", "--device", "tpu:7"], "'tpu:7'", False),
+    ("unknown option", [*FIT, "--bogus", "1"], "'bogus'", False),
+    ("option of the wrong type", [*FIT, "--K", "abc"], "K must be an int", False),
+    ("option out of range", [*FIT, "--K", "0"], "K must be an int", False),
+    ("algorithm option out of range", [*FIT, "--algorithm", "svi", "--lr", "-1"], "lr", False),
+    ("--option without =", [*FIT, "--option", "K"], "--option", True),
+    ("option without a value", [*FIT, "--K"], "--K", True),
+    ("stray argument", [*FIT, "stray"], "'stray'", True),
+    ("flag given a value", [*FIT, "--json", "yes"], "'yes'", True),
+    ("seed not a number", [*FIT, "--seed", "abc"], "--seed", True),
+    ("negative seed", [*FIT, "--seed", "-1"], "--seed", True),
+    ("seed too large", [*FIT, "--seed", str(2**63)], "--seed", True),
+    ("negative --num-steps", [*FIT, "--num-steps", "-3"], "--num-steps", True),
+    ("zero --num-steps", [*FIT, "--num-steps", "0"], "--num-steps", True),
+    ("fractional --num-steps", [*FIT, "--num-steps", "1.5"], "--num-steps", True),
+    ("missing data file", [*FIT, "--data", "missing.npy"], "'missing.npy'", True),
+    ("data is a folder", [*FIT, "--data", "out"], "'out'", True),
+    ("text file named .npy", [*FIT, "--data", "text.npy"], "'text.npy' is not a .npy", True),
+    ("object array", [*FIT, "--data", "object.npy"], "'object.npy'", True),
+    ("object array in a .npz", [*FIT, "--data", "objects.npz"], "'objects.npz'", True),
+    ("not a zip, named .npz", [*FIT, "--data", "garbage.npz"], "'garbage.npz'", True),
+    ("truncated .npz", [*FIT, "--data", "truncated.npz"], "'truncated.npz'", True),
+    ("text member in a .npz", [*FIT, "--data", "textmember.npz"], "'textmember.npz'", True),
+    (".npz missing a key", [*FIT, "--data", "wrongkey.npz"], "'wrongkey.npz'", True),
+    ("wrong-shaped data", [*FIT, "--data", "x1d.npy"], "'x1d.npy'", True),
+    ("data of an unknown type", [*FIT, "--data", "data.csv"], "'data.csv'", True),
+    ("save into a folder", [*FIT, "--save", "out"], "--save", True),
+    ("save, parent missing", [*FIT, "--save", "nonexistent/dir/fit.zoo"], "--save", True),
+    ("save, parent a file", [*FIT, "--save", "notes.txt/fit.zoo"], "--save", True),
+    ("save, folder locked", [*FIT, "--save", "locked/fit.zoo"], "--save", True),
+    ("save, empty name", [*FIT, "--save", ""], "--save", True),
+    ("save over a device", [*FIT, "--save", os.devnull], "--save", True),
+    ("plot, unknown format", [*COMPARE, "--plot", "curves.xyz"], "--plot", True),
+    ("plot, parent missing", [*COMPARE, "--plot", "nonexistent/curves.png"], "--plot", True),
+    ("plot, folder locked", [*COMPARE, "--plot", "locked/curves.png"], "--plot", True),
+    ("plot, empty name", [*COMPARE, "--plot", ""], "--plot", True),
+]
+
+
+@pytest.mark.parametrize(
+    "argv, names, before_fit", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_input_is_one_clear_line(workdir, capsys, monkeypatch, argv, names, before_fit):
+    if before_fit:
+
+        def started(*args, **kwargs):
+            raise AssertionError("the input should have been refused before fitting")
+
+        monkeypatch.setattr(cli, "fit", started)
+        monkeypatch.setattr(cli, "compare", started)
+    _deny_writes_to(monkeypatch, workdir / "locked")
+    before = _snapshot(workdir)
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status != 0
+    assert "zoo: error:" in err
+    assert names in err
+    assert "Traceback" not in err
+    assert "allow_pickle" not in err  # numpy's advice to unpickle is never passed on
+    assert _snapshot(workdir) == before
+
+
+def test_bad_input_cases_are_many_and_distinct():
+    assert len(CASES) >= 30
+    assert len({tuple(c[1]) for c in CASES}) == len(CASES)
+
+
+def test_help_documents_every_flag(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "2000")  # one line per flag: nothing wrapped at a hyphen
+    for command in ("list", "algorithms", "fit", "compare"):
+        assert main([command, "--help"]) == 0  # a status, not SystemExit
+    text = capsys.readouterr().out
+    for action in cli._parser()._subparsers._group_actions[0].choices["fit"]._actions:
+        assert action.help, action.option_strings
+    for action in cli._parser()._subparsers._group_actions[0].choices["compare"]._actions:
+        assert action.help, action.option_strings
+    assert main(["fit", "--help"]) == 0
+    fit_help = " ".join(capsys.readouterr().out.split())
+    algorithms = ", ".join(list_algorithms())
+    assert f"--algorithm {{{','.join(list_algorithms())}}}" in fit_help
+    assert f"one of {algorithms} (default: the model's own closed-form updates" in fit_help
+    assert "--backend {pyro,numpyro} one of pyro, numpyro (default: numpyro)" in fit_help
+    assert "(default: cpu)" in fit_help and "(default: 0)" in fit_help
+    assert "--guide GUIDE the guide" in fit_help
+    assert "--num-steps N at most N steps" in fit_help
+    assert "--save FILE" in fit_help and "the folder must exist" in fit_help
+    assert main(["compare", "--help"]) == 0
+    compare_help = " ".join(capsys.readouterr().out.split())
+    assert f"--algorithms NAMES comma-separated, from {algorithms}" in compare_help
+    assert "--backends NAMES comma-separated, from pyro, numpyro" in compare_help
+    assert "(default: pyro,numpyro)" in compare_help
+    assert "existing directory gets MODEL-compare.png" in compare_help
+    assert "usage: zoo" in text
+
+
+@pytest.mark.parametrize("model", ["vae", "gmm"])
+def test_fit_defaults_to_the_models_first_algorithm(capsys, model):
+    # vae has SVI only; gmm has its own EM updates. Neither has CAVI.
+    assert main(["fit", model, "--backend", "pyro", "--num-steps", "2", "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    assert fitted["algorithm"] == first_supporting(zoo.get_model(model))
+    assert fitted["algorithm"] == {"vae": "svi", "gmm": "em"}[model]
+
+
+def test_save_writes_the_fit_and_a_failed_write_keeps_the_result(workdir, capsys, monkeypatch):
+    args = ["fit", "gmm", "--data", "x.npy", "--backend", "pyro", "--num-steps", "2"]
+    assert main([*args, "--save", "out/fit.zoo", "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    loaded = inference.load("out/fit.zoo")
+    np.testing.assert_allclose(loaded.params["means"], fitted["params"]["means"])
+
+    def full(self, path):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(inference.FitResult, "save", full)
+    assert main([*args, "--save", "out/again.zoo"]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("gmm / em / pyro: objective")  # shown before the write failed
+    assert err.strip().endswith("zoo: error: [Errno 28] No space left on device: 'out/again.zoo'")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "target, written, magic",
+    [
+        ("out", "out/gmm-compare.png", b"\x89PNG"),  # a folder: a named file inside it
+        ("curves", "curves", b"\x89PNG"),  # no extension: PNG, under that very name
+        ("out/curves.svg", "out/curves.svg", b"<?xml"),
+    ],
+)
+def test_plot_goes_where_it_is_asked(workdir, capsys, target, written, magic):
+    before = set(_snapshot(workdir))
+    assert main([*COMPARE, "--data", "x.npy", "--plot", target]) == 0
+    assert set(_snapshot(workdir)) - before == {written}
+    assert (workdir / written).read_bytes().startswith(magic)
+    assert f"zoo: wrote the plot to {written}" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "fit", interrupted)
+    assert main(["fit", "gmm"]) == 130
+    assert capsys.readouterr().err == "zoo: interrupted\n"
+
+
+def test_a_bug_is_not_hidden(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "fit", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["fit", "gmm"])
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    # `zoo list --json | head`: the reader closes its end before the command writes.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inference", "list", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err
