@@ -41,7 +41,7 @@ def save(path, header: dict, arrays: dict[str, np.ndarray]) -> None:
     """Write ``header`` (JSON-able) and ``arrays`` to ``path`` atomically and durably.
 
     The file is written next to its destination and renamed over it, so an interrupted save leaves
-    the previous file intact.
+    the previous file intact. The destination's directory must exist.
     """
     text = json.dumps({"format": FORMAT, **header}, default=_plain)
     payload = {_HEADER: np.frombuffer(text.encode(), np.uint8)}
@@ -50,7 +50,7 @@ def save(path, header: dict, arrays: dict[str, np.ndarray]) -> None:
         if value.dtype == object:
             raise TypeError(f"Cannot save {key!r}: object arrays would need pickle.")
         payload[key] = value
-    atomic_write(path, lambda f: np.savez(f, **payload), durable=True)
+    atomic_write(path, lambda f: np.savez(f, **payload), durable=True, make_parents=False)
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:

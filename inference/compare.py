@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -73,7 +74,13 @@ class Comparison:
         return json.dumps(self.rows, indent=2)
 
     def plot(self, path, title=None) -> None:
-        """Objective per point against wall time (log x-axis), one line per run."""
+        """Objective per point against wall time (log x-axis), one line per run, written to the
+        file ``path`` (its extension picks the format)."""
+        if os.path.isdir(path):
+            raise IsADirectoryError(
+                f"Cannot plot to {os.fspath(path)!r}: it is a directory; name a file in it, "
+                "such as compare.png."
+            )
         import matplotlib
 
         matplotlib.use("Agg")

@@ -568,3 +568,24 @@ def test_the_temporary_file_pattern_matches_what_atomic_write_makes(tmp_path, mo
     files.atomic_write(tmp_path / "f.bin", lambda f: f.write(b"x"))
     os.rename(tmp_path / f"kept-{seen[0]}", tmp_path / seen[0])
     assert files.remove_stale_temporaries(tmp_path / "f.bin") == [str(tmp_path / seen[0])]
+
+
+# --- saving and plotting from Python ---------------------------------------------------------
+
+
+def test_saving_into_a_missing_directory_or_onto_a_directory_is_refused(saved, tmp_path):
+    result = inference.load(saved[0])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        result.save(tmp_path / "nope" / "fit.zoo")
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        result.save(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # no directory made, nothing written
+
+
+def test_plotting_a_comparison_onto_a_directory_is_refused(data, tmp_path):
+    table = inference.compare(
+        "bayesian_gmm", data, algorithms=["cavi"], backends=["pyro"], K=2, num_steps=2
+    )
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        table.plot(tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -57,18 +57,26 @@ def probe_writable(directory) -> None:
     os.remove(tmp)
 
 
-def atomic_write(path, write, *, durable: bool = False) -> None:
+def atomic_write(path, write, *, durable: bool = False, make_parents: bool = True) -> None:
     """Write a file by ``write(binary_file)`` next to ``path`` and rename it over ``path``.
 
     An interrupted or failed write leaves the previous file intact and no temporary file behind.
     The file gets the permissions ``open(path, "wb")`` would give: those of the file it replaces,
-    else the umask's. With ``durable=True`` the data and (where the file system allows) the
+    else the umask's. Missing parent directories are created with ``make_parents=True`` (a
+    cache); otherwise they are an error, as for ``open``. With ``durable=True`` the data and (where the file system allows) the
     rename are flushed to disk, so a power loss right after cannot leave a checkpoint half
     written.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"Cannot write {path!r}: it is a directory; name a file in it.")
+    if make_parents:
+        os.makedirs(directory, exist_ok=True)
+    elif not os.path.isdir(directory):
+        raise FileNotFoundError(
+            f"Cannot write {path!r}: the directory {directory!r} does not exist."
+        )
     fd, tmp = _create_temporary(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
