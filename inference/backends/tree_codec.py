@@ -45,11 +45,14 @@ def decode(skeleton, arrays: dict, from_numpy):
 _NODES = ("dict", "list", "tuple", "array", "value")
 
 
-def leaves(skeleton, arrays: dict) -> dict[str, np.ndarray]:
+def leaves(skeleton, arrays: dict, partial: bool = False) -> dict[str, np.ndarray] | None:
     """The arrays of a checkpointed state by their place in it (dict keys by name, sequence
     items by index), whatever order they were stored in: two states of the same run have the
     same places. ``skeleton`` may hold encoded parts in plain dicts (``{"step": 3, "inner":
-    ...}``); arrays no part of it names are their own place."""
+    ...}``); arrays no part of it names are their own place. None for a layout this cannot read:
+    a skeleton that names arrays stored under other keys (an algorithm that renames the arrays
+    of the states it is made of), unless ``partial``: then the places whose arrays are missing
+    (a damaged file) are left out."""
     out: dict[str, np.ndarray] = {}
     named: set[str] = set()
 
@@ -69,7 +72,12 @@ def leaves(skeleton, arrays: dict) -> dict[str, np.ndarray]:
         elif isinstance(node, dict):
             for key, item in node.items():
                 walk(item, f"{place}.{key}" if place else str(key))
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, f"{place}[{i}]")
 
     walk(skeleton, "")
+    if not partial and not named <= set(arrays):
+        return None
     out.update({key: value for key, value in arrays.items() if key not in named})
     return out
