@@ -15,11 +15,11 @@ import argparse
 import json
 import os
 import sys
-import zipfile
 
 import numpy as np
 
 import zoo
+from inference import cli_paths
 from inference.api import fit
 from inference.compare import compare
 from inference.registry import (
@@ -33,8 +33,6 @@ from zoo.files import atomic_write
 #: The exit status of an error in the command's input (argparse's), of an error while it runs,
 #: and of a Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_USAGE, EXIT_FAILURE, EXIT_INTERRUPTED = 2, 1, 130
-
-_NPY_MAGIC = b"\x93NUMPY"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,159 +98,6 @@ def _comma_separated(check, example: str):
         return [check(name) for name in names]
 
     return parse
-
-
-# --------------------------------------------------------------------------------------------
-# paths: read and checked before any work is done
-
-
-def _load_data(path, spec, seed):
-    """``--data``: a .npy array for a model with one data key, a .npz of its keys otherwise;
-    without it, the model's built-in data. Arrays holding Python objects are never unpickled."""
-    if path is None:
-        if spec.make_data is None:
-            raise ValueError(f"Model {spec.name!r} has no built-in data; pass --data.")
-        return spec.make_data(np.random.default_rng(seed))
-    if not os.path.exists(path):
-        raise ValueError(f"argument --data: no such file {path!r}.")
-    if os.path.isdir(path):
-        raise ValueError(f"argument --data: {path!r} is a directory, not a data file.")
-    keys = sorted(spec.data)
-    if path.endswith(".npy") and len(keys) == 1:
-        data = {keys[0]: _read_npy(path)}
-    elif path.endswith(".npz"):
-        data = _read_npz(path)
-    else:
-        raise ValueError(
-            f"argument --data: for model {spec.name!r}, give a .npz file holding the arrays "
-            f"{keys}"
-            + (f" or a .npy array for {keys[0]!r}" if len(keys) == 1 else "")
-            + f"; got {path!r}."
-        )
-    missing, extra = sorted(set(keys) - set(data)), sorted(set(data) - set(keys))
-    if missing or extra:
-        raise ValueError(
-            f"argument --data: {path!r} holds the arrays {sorted(data)}; model {spec.name!r} "
-            f"takes {keys} (missing {missing}, unexpected {extra})."
-        )
-    for key in keys:
-        want = spec.data[key].ndim
-        if data[key].ndim != want:
-            doc = f" ({spec.data[key].doc})" if spec.data[key].doc else ""
-            raise ValueError(
-                f"argument --data: the array {key!r} in {path!r} has shape {data[key].shape}; "
-                f"model {spec.name!r} takes {want} dimensions{doc}."
-            )
-    return data
-
-
-def _unpickled(message: str) -> str:
-    # numpy's advice for object arrays is to load them with pickle, which --data never does.
-    if "pickle" in message:
-        return "it holds Python objects, which are never unpickled; save numeric arrays"
-    return message
-
-
-def _read_npy(path: str) -> np.ndarray:
-    try:
-        with open(path, "rb") as f:
-            if f.read(len(_NPY_MAGIC)) == _NPY_MAGIC:
-                f.seek(0)
-                return np.load(f, allow_pickle=False)
-    except (ValueError, EOFError) as err:
-        raise ValueError(
-            f"argument --data: {path!r} is not a readable .npy array: {_unpickled(str(err))}."
-        ) from None
-    except OSError as err:
-        raise ValueError(f"argument --data: cannot read {path!r}: {err.strerror}.") from None
-    raise ValueError(
-        f"argument --data: {path!r} is not a .npy array (it does not start with the header "
-        "numpy.save writes)."
-    )
-
-
-def _read_npz(path: str) -> dict[str, np.ndarray]:
-    data = None
-    try:
-        with open(path, "rb") as f:
-            if zipfile.is_zipfile(f):
-                f.seek(0)
-                with np.load(f, allow_pickle=False) as arrays:
-                    data = {key: arrays[key] for key in arrays.files}
-    except (ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(
-            f"argument --data: {path!r} is not a readable .npz archive: {_unpickled(str(err))}."
-        ) from None
-    except OSError as err:
-        raise ValueError(f"argument --data: cannot read {path!r}: {err.strerror}.") from None
-    if data is None:
-        raise ValueError(
-            f"argument --data: {path!r} is not a .npz archive (not a zip file, as numpy.savez "
-            "writes)."
-        )
-    strays = [key for key, value in data.items() if not isinstance(value, np.ndarray)]
-    if strays:  # numpy reads a member that is not a .npy array as its bytes
-        raise ValueError(
-            f"argument --data: {path!r} is not a readable .npz archive: its members {strays} "
-            "are not .npy arrays."
-        )
-    return data
-
-
-def _check_folder(flag: str, path: str) -> None:
-    """The folder a new file ``path`` goes in exists and can be written; none is created."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(folder):
-        raise ValueError(
-            f"argument {flag}: the folder {folder!r} does not exist; create it first "
-            f"(got {path!r})."
-        )
-    if not os.path.isdir(folder):
-        raise ValueError(f"argument {flag}: {folder!r} is not a folder (got {path!r}).")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(
-            f"argument {flag}: cannot write to the folder {folder!r} (permission denied)."
-        )
-
-
-def _save_path(path: str) -> str:
-    """``--save``: a file, new or replaced (the fit is written next to it and renamed over it,
-    so the folder must be writable and the path, if it exists, a regular file)."""
-    if not path:
-        raise ValueError("argument --save: give a file name, e.g. fit.zoo.")
-    if os.path.isdir(path):
-        raise ValueError(
-            f"argument --save: {path!r} is a directory; give a file path such as "
-            f"{os.path.join(path, 'fit.zoo')!r}."
-        )
-    if os.path.lexists(path) and not os.path.isfile(path):
-        raise ValueError(f"argument --save: {path!r} exists and is not a regular file.")
-    _check_folder("--save", path)
-    return path
-
-
-def _plot_path(path: str, model: str) -> tuple[str, str]:
-    """``--plot``: ``(the file, its format)``. An existing directory gets ``MODEL-compare.png``
-    in it; a name without an extension is written as PNG under that very name."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    if not path:
-        raise ValueError("argument --plot: give a file name, e.g. curves.png.")
-    if os.path.isdir(path):
-        path = os.path.join(path, f"{model}-compare.png")
-        if os.path.isdir(path):
-            raise ValueError(f"argument --plot: {path!r} is a directory.")
-    formats = FigureCanvasBase.get_supported_filetypes()
-    extension = os.path.splitext(path)[1][1:].lower()
-    if extension and extension not in formats:
-        raise ValueError(
-            f"argument --plot: cannot write a '.{extension}' plot; give a file ending in one of "
-            f"{', '.join('.' + f for f in sorted(formats))} (got {path!r})."
-        )
-    if os.path.lexists(path) and not os.path.isfile(path):
-        raise ValueError(f"argument --plot: {path!r} exists and is not a regular file.")
-    _check_folder("--plot", path)
-    return path, extension or "png"
 
 
 # --------------------------------------------------------------------------------------------
@@ -510,8 +355,8 @@ def _fit(args, spec, options) -> int:
                 f"got {args.guide!r}."
             )
         options["guide"] = args.guide
-    save = None if args.save is None else _save_path(args.save)
-    data = _load_data(args.data, spec, args.seed)
+    save = None if args.save is None else cli_paths.save_path(args.save)
+    data = cli_paths.load_data(args.data, spec, args.seed)
     res = fit(
         spec,
         data,
@@ -560,8 +405,8 @@ def _print_fit(res, out, as_json: bool) -> None:
 
 
 def _compare(args, spec, options) -> int:
-    plot = None if args.plot is None else _plot_path(args.plot, spec.name)
-    data = _load_data(args.data, spec, args.seed)
+    plot = None if args.plot is None else cli_paths.plot_path(args.plot, spec.name)
+    data = cli_paths.load_data(args.data, spec, args.seed)
     table = compare(
         spec,
         data,

@@ -75,8 +75,8 @@ class Comparison:
 
     def plot(self, path, title=None) -> None:
         """Objective per point against wall time (log x-axis), one line per run, written to the
-        file ``path`` (its extension picks the format)."""
-        if os.path.isdir(path):
+        file ``path`` (its extension picks the format) or a binary file object."""
+        if isinstance(path, str | os.PathLike) and os.path.isdir(path):
             raise IsADirectoryError(
                 f"Cannot plot to {os.fspath(path)!r}: it is a directory; name a file in it, "
                 "such as compare.png."

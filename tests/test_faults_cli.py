@@ -15,7 +15,7 @@ import pytest
 
 import inference
 import zoo
-from inference import cli
+from inference import cli, cli_paths
 from inference.cli import main
 from inference.registry import first_supporting, list_algorithms
 
@@ -64,18 +64,17 @@ def _snapshot(root: Path) -> dict:
 
 
 def _deny_writes_to(monkeypatch, folder: Path) -> None:
-    """As root, a folder's mode does not stop writes: refuse them the way a user would be."""
-    if os.geteuid() != 0:
-        return
-    real = os.access
+    """Writes in ``folder`` fail as on a read-only file system (a folder's mode would not stop
+    the superuser, whom tests may run as)."""
+    real = cli_paths.probe_writable
     denied = os.path.realpath(folder)
 
-    def access(path, mode, *args, **kwargs):
-        if mode & os.W_OK and os.path.realpath(path) == denied:
-            return False
-        return real(path, mode, *args, **kwargs)
+    def probe(path):
+        if os.path.realpath(path) == denied:
+            raise PermissionError(13, "Permission denied")
+        return real(path)
 
-    monkeypatch.setattr(cli.os, "access", access)
+    monkeypatch.setattr(cli_paths, "probe_writable", probe)
 
 
 FIT = ["fit", "gmm"]
