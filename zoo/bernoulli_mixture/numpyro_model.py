@@ -8,6 +8,8 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.ops.indexing import Vindex
 
+from zoo.distributions import simplex
+
 ENUMERATED_GUIDES = ("enum",)
 
 
@@ -50,7 +52,7 @@ def make_guide(name, config, init):
         weights = numpyro.param(
             "weights_map",
             jnp.asarray(init["weights_map"], dtype=x.dtype),
-            constraint=constraints.simplex,
+            constraint=simplex,
         )
         probs = numpyro.param(
             "probs_map",

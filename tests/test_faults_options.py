@@ -1,0 +1,121 @@
+"""Fault injection: bad options and bad data given to ``inference.fit``.
+
+float32 mixtures on NumPyro: the lower-Cholesky transform failed on float32 parameters under
+JAX's 64-bit mode, and the simplex transform and the closed forms turned them float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import inference
+import zoo
+
+try:  # the fake DataFrame below carries the assertions; pandas, when installed, as well
+    import pandas
+except ImportError:  # pragma: no cover - depends on the environment
+    pandas = None
+
+RNG = np.random.default_rng(0)
+GMM_X = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 40)["x"]
+BINARY_X = (RNG.random((30, 16)) < 0.5).astype(np.float64)
+TOKENS_X = zoo.get_model("exchangeable_tokens").make_data(np.random.default_rng(0), 6)["x"]
+BAM_DATA = zoo.get_model("bam_classifier").make_data(np.random.default_rng(0), 6)
+
+DATA = {
+    "bayesian_gmm": {"x": GMM_X},
+    "gmm": {"x": GMM_X},
+    "bernoulli_mixture": {"x": BINARY_X},
+    "vae": {"x": BINARY_X},
+    "exchangeable_tokens": {"x": TOKENS_X},
+    "bam_classifier": BAM_DATA,
+}
+SMALL = {
+    "bayesian_gmm": {"K": 2},
+    "gmm": {"K": 2},
+    "bernoulli_mixture": {"K": 2},
+    "vae": {"latent_dim": 2, "hidden": (4,)},
+    "exchangeable_tokens": {},
+    "bam_classifier": dict(zoo.get_model("bam_classifier").example_options),
+}
+
+
+class FakeDataFrame:
+    """What a pandas DataFrame is to ``fit``: numpy reads it as an array (``__array__``), but
+    iterating it gives its column names, not its rows."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values)
+        self.columns = [f"c{j}" for j in range(self.values.shape[1])]
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values if dtype is None else self.values.astype(dtype)
+
+    def __iter__(self):
+        return iter(self.columns)
+
+    def __len__(self):
+        return len(self.values)
+
+
+@pytest.fixture
+def no_steps(monkeypatch):
+    """Any algorithm's step fails the test: the refusals must come before the first step."""
+
+    def step(self, state):
+        raise AssertionError("a step ran: the bad input was not refused up front")
+
+    for name in inference.list_algorithms():
+        algorithm = inference.get_algorithm(name)
+        monkeypatch.setattr(algorithm, "step", step.__get__(algorithm))
+
+
+def _fit(model, algorithm="svi", backend="pyro", data=None, **options):
+    data = DATA[model] if data is None else data
+    options = {"num_steps": 2, "progress": False, **SMALL[model], **options}
+    return inference.fit(model, data, algorithm, backend, **options)
+
+
+# --- float32 mixtures on NumPyro -----------------------------------------------------------------
+
+
+def test_numpyro_constraint_transforms_keep_float32():
+    inference.get_backend("numpyro")  # JAX's 64-bit mode on, as every NumPyro fit runs
+    import jax.numpy as jnp
+    from numpyro.distributions import constraints
+    from numpyro.distributions.transforms import biject_to
+
+    from zoo.distributions import lower_cholesky, simplex
+
+    for ours, theirs, size in (
+        (lower_cholesky, constraints.lower_cholesky, 6),
+        (simplex, constraints.simplex, 3),
+    ):
+        x = jnp.asarray(np.random.default_rng(1).normal(size=(2, size)))
+        y = biject_to(ours)(x)
+        np.testing.assert_allclose(y, biject_to(theirs)(x), rtol=1e-12)  # same map, float64
+        np.testing.assert_allclose(biject_to(ours).inv(y), biject_to(theirs).inv(y), rtol=1e-12)
+        y32 = biject_to(ours)(x.astype(jnp.float32))
+        assert y32.dtype == jnp.float32 and biject_to(ours).inv(y32).dtype == jnp.float32
+    with pytest.raises(TypeError, match="lax.scatter"):  # why: NumPyro's own, under JAX x64
+        biject_to(constraints.lower_cholesky)(jnp.zeros(3, jnp.float32))
+
+
+@pytest.mark.parametrize("model,algorithm", [("gmm", "svi"), ("bayesian_gmm", "cavi")])
+def test_a_float32_mixture_fit_on_numpyro_runs_in_float32(model, algorithm):
+    """NumPyro's lower-Cholesky transform failed on float32 parameters under JAX's 64-bit mode,
+    its stick-breaking transform and a float64 constant of the closed-form updates turned them
+    float64; the fit now runs in float32 throughout, as Pyro's does, to the same values."""
+    fitted = _fit(model, algorithm, "numpyro", dtype="float32")
+    assert fitted.options["dtype"] == "float32"
+    for name, value in fitted.raw_params.items():
+        assert value.dtype == np.float32 and np.isfinite(value).all(), name
+    # Neither draws at random: the first step's objective (at the shared start) is Pyro's. (SVI
+    # then parts: each backend's optimiser sees the simplex through its own parameterisation.)
+    pyro_fit = _fit(model, algorithm, "pyro", dtype="float32")
+    first = fitted.history["objective"][0]
+    np.testing.assert_allclose(first, pyro_fit.history["objective"][0], rtol=1e-5)
+    if algorithm == "cavi":
+        for name, value in pyro_fit.raw_params.items():
+            np.testing.assert_allclose(fitted.raw_params[name], value, rtol=1e-4, atol=1e-5)
