@@ -1,7 +1,8 @@
 """Fault injection: bad options and bad data given to ``inference.fit``.
 
-float32 mixtures on NumPyro: the lower-Cholesky transform failed on float32 parameters under
-JAX's 64-bit mode, and the simplex transform and the closed forms turned them float64.
+float32 mixtures on NumPyro run in float32; a learning rate that diverges ends in the loop's
+``NonFiniteObjectiveError`` with advice and the newest finite parameters, not in an error from
+inside the step or from summarising parameters that are no longer finite.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 
 import inference
 import zoo
+from inference import NonFiniteObjectiveError
 
 try:  # the fake DataFrame below carries the assertions; pandas, when installed, as well
     import pandas
@@ -119,3 +121,77 @@ def test_a_float32_mixture_fit_on_numpyro_runs_in_float32(model, algorithm):
     if algorithm == "cavi":
         for name, value in pyro_fit.raw_params.items():
             np.testing.assert_allclose(fitted.raw_params[name], value, rtol=1e-4, atol=1e-5)
+
+
+# --- A diverging learning rate ends in the NaN guard ---------------------------------------------
+
+
+@pytest.mark.parametrize("model,backend", [("bayesian_gmm", "pyro"), ("gmm", "numpyro")])
+def test_a_diverging_learning_rate_ends_in_the_nan_guard(model, backend):
+    """Pyro's step raised the Wishart's check of its degrees of freedom; NumPyro's guard then
+    failed summarising parameters that were no longer finite ("Singular matrix")."""
+    with pytest.raises(NonFiniteObjectiveError, match="Lower the learning rate") as info:
+        _fit(model, "svi", backend, lr=1e6, num_steps=5)
+    message = str(info.value)
+    assert "are not finite (" in message and "Singular" not in message
+    result = info.value.result
+    if result is not None:  # the newest parameters that are all finite
+        assert all(np.isfinite(v).all() for v in result.raw_params.values())
+    if backend == "numpyro":  # functional states: the step before the last is kept
+        assert result is not None and "are kept (error.result)" in message
+
+
+class Divergent:
+    """A stand-in algorithm: its parameter doubles at each step and turns inf at step 3, where
+    summarising it fails as inverting a matrix of infinities does; step 4 then raises (as a
+    distribution's check of its parameters does) or reports a NaN objective."""
+
+    name = "divergent"
+
+    def __init__(self, raises: bool):
+        self.raises = raises
+        self.traits = inference.get_algorithm("cavi").traits
+
+    def step(self, state):
+        if not np.isfinite(state):
+            if self.raises:
+                raise ValueError("Expected parameter df to be greater than ndim - 1")
+            return state, inference.algorithm.Info(float("nan"))
+        return (np.inf if state >= 4 else 2.0 * state), inference.algorithm.Info(-1.0)
+
+    def get_params(self, state):
+        return {"scale": np.asarray(state)}
+
+    def describe(self, info):
+        return None
+
+
+def _summary(state, history, converged):
+    if not np.isfinite(state):
+        raise np.linalg.LinAlgError("Singular matrix")
+    return {"scale": state, "steps": len(history["step"])}
+
+
+@pytest.mark.parametrize("raises", [True, False])
+def test_the_nan_guard_keeps_the_last_finite_parameters(raises):
+    from inference.loop import run
+
+    with pytest.raises(NonFiniteObjectiveError, match="Lower it") as info:
+        run(Divergent(raises), 1.0, num_steps=10, tol=None, num_data=1, progress=False,
+            make_result=_summary, advice="Lower it.")  # fmt: skip
+    message = str(info.value)
+    assert "step 4" in message.lower() and "parameters of step 3 are not finite (scale)" in message
+    assert info.value.result == {"scale": 4.0, "steps": 2}  # step 2's, the last finite ones
+    assert isinstance(info.value.__cause__, ValueError) == raises
+
+
+def test_a_step_that_fails_on_finite_parameters_is_not_taken_for_divergence(monkeypatch):
+    """An error inside a step while the parameters are finite is the error itself."""
+    cavi = inference.get_algorithm("cavi")
+
+    def broken(state):
+        raise ValueError("a bug, not a divergence")
+
+    monkeypatch.setattr(cavi, "step", broken)
+    with pytest.raises(ValueError, match="a bug, not a divergence"):
+        _fit("bayesian_gmm", "cavi", "pyro")
