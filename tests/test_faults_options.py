@@ -1,8 +1,10 @@
 """Fault injection: bad options and bad data given to ``inference.fit``.
 
-float32 mixtures on NumPyro run in float32; a learning rate that diverges ends in the loop's
-``NonFiniteObjectiveError`` with advice and the newest finite parameters, not in an error from
-inside the step or from summarising parameters that are no longer finite.
+Bad data are refused before the first step with a ``ValueError`` or ``TypeError`` naming the data
+key; array-likes (a DataFrame, a Series, a tensor) are arrays, never streams of minibatches, and
+views numpy reads (negative strides, the other byte order) fit on Pyro as on NumPyro. float32
+mixtures on NumPyro run in float32; a learning rate that diverges ends in the loop's
+``NonFiniteObjectiveError``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 import inference
 import zoo
 from inference import NonFiniteObjectiveError
+from inference.streaming import is_out_of_core
 
 try:  # the fake DataFrame below carries the assertions; pandas, when installed, as well
     import pandas
@@ -79,6 +82,93 @@ def _fit(model, algorithm="svi", backend="pyro", data=None, **options):
     return inference.fit(model, data, algorithm, backend, **options)
 
 
+ERRORS = (ValueError, TypeError)
+
+
+def _with_nan(x):
+    x = x.copy()
+    x[3, 1] = np.nan
+    return x
+
+
+def _with_inf(x):
+    x = x.copy()
+    x[5, 0] = -np.inf
+    return x
+
+
+# (model, data, what the message must say)
+BAD_DATA = [
+    ("bayesian_gmm", {"x": GMM_X.astype(np.longdouble)}, r"data\['x'\] has dtype float128"),
+    ("bayesian_gmm", {"x": GMM_X.astype(complex)}, r"data\['x'\] must have a dtype of kind 'f'"),
+    ("bayesian_gmm", {"x": GMM_X.astype(object)}, r"data\['x'\] .*got object \(numpy could not"),
+    ("bayesian_gmm", {"x": GMM_X.astype(str)}, r"data\['x'\] must have a dtype of kind 'f'"),
+    ("bayesian_gmm", {"x": GMM_X.astype(int)}, r"data\['x'\] must have a dtype of kind 'f'"),
+    ("bayesian_gmm", {"x": _with_nan(GMM_X)}, r"data\['x'\] contains NaN or inf in 1 row"),
+    ("bayesian_gmm", {"x": _with_inf(GMM_X)}, r"data\['x'\] contains NaN or inf in 1 row"),
+    ("bayesian_gmm", {"x": GMM_X[:, 0]}, r"data\['x'\] must have 2 dimensions"),
+    ("bayesian_gmm", {"x": GMM_X[None]}, r"data\['x'\] must have 2 dimensions"),
+    ("bayesian_gmm", {"x": GMM_X[:0]}, r"data\['x'\] is empty"),
+    ("bayesian_gmm", {"x": [[1.0, 2.0], [3.0]]}, r"data\['x'\] cannot be read as an array"),
+    ("bayesian_gmm", {"y": GMM_X}, r"takes data keys \['x'\]; missing \['x'\]"),
+    ("bayesian_gmm", {"x": GMM_X, "y": GMM_X}, r"unexpected \['y'\]"),
+    ("bayesian_gmm", GMM_X, r"data must be a dict mapping \['x'\] to arrays"),
+    ("bayesian_gmm", FakeDataFrame(GMM_X), r"data must be a dict mapping \['x'\] to arrays"),
+    ("bayesian_gmm", GMM_X.tolist(), r"data must be a dict mapping \['x'\] to arrays"),
+    ("bernoulli_mixture", {"x": BINARY_X * 2}, r"data\['x'\] must be binary"),
+    ("vae", {"x": BINARY_X * 0.5}, r"data\['x'\] must hold binary pixels"),
+    ("exchangeable_tokens", {"x": TOKENS_X[0]}, r"data\['x'\] must have 3 dimensions"),
+    ("bam_classifier", {**BAM_DATA, "y": BAM_DATA["y"] + 10}, "expected labels in 0..9"),
+    ("bam_classifier", {**BAM_DATA, "y": BAM_DATA["y"] * 0.5}, r"data\['y'\] must have a dtype"),
+]
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+@pytest.mark.parametrize(
+    "model,data,message", BAD_DATA, ids=[f"{m}-{i}" for i, (m, *_) in enumerate(BAD_DATA)]
+)
+def test_bad_data_are_refused_naming_the_key(no_steps, model, data, message, backend):
+    algorithm = "cavi" if model == "bayesian_gmm" else "svi"
+    if model == "bernoulli_mixture":
+        algorithm = "em"
+    with pytest.raises(ERRORS, match=message):
+        _fit(model, algorithm, backend, data=data)
+
+
+# --- Array-likes are arrays, never streams -------------------------------------------------------
+
+
+def _array_likes():
+    likes = [FakeDataFrame(GMM_X)]
+    if pandas is not None:
+        likes += [pandas.DataFrame(GMM_X, columns=["a", "b"]), pandas.Series(GMM_X[:, 0])]
+    return likes
+
+
+def test_an_array_like_is_not_a_stream_of_minibatches():
+    for like in _array_likes():
+        assert not is_out_of_core(like), type(like).__name__
+    assert not is_out_of_core(FakeDataFrame(GMM_X))  # iterating it gives column names
+    assert is_out_of_core(iter([{"x": GMM_X}]))  # a generator of minibatches still is one
+
+
+def test_a_bare_array_like_is_refused_saying_what_to_pass(no_steps):
+    for like in _array_likes():
+        for algorithm in ("svi", "svi-natural", "cavi"):
+            with pytest.raises(TypeError, match=r"data=\{'x': np.asarray\(...\)\}"):
+                _fit("bayesian_gmm", algorithm, "pyro", data=like)
+        with pytest.raises(ValueError, match="num_data= is for streams of minibatches"):
+            _fit("bayesian_gmm", "svi-natural", "pyro", data=like, num_data=40)
+
+
+def test_an_array_like_under_its_key_fits_as_its_array():
+    as_array = _fit("bayesian_gmm", "cavi", "pyro", data={"x": GMM_X})
+    for like in _array_likes()[:2]:  # 2-D: the fake, and pandas' DataFrame if installed
+        fitted = _fit("bayesian_gmm", "cavi", "pyro", data={"x": like})
+        for key, value in as_array.raw_params.items():
+            np.testing.assert_allclose(fitted.raw_params[key], value, rtol=1e-12)
+
+
 # --- float32 mixtures on NumPyro -----------------------------------------------------------------
 
 
@@ -121,6 +211,20 @@ def test_a_float32_mixture_fit_on_numpyro_runs_in_float32(model, algorithm):
     if algorithm == "cavi":
         for name, value in pyro_fit.raw_params.items():
             np.testing.assert_allclose(fitted.raw_params[name], value, rtol=1e-4, atol=1e-5)
+
+
+# --- Data numpy reads that a backend does not ----------------------------------------------------
+
+
+def test_reversed_and_byte_swapped_data_fit_on_pyro_as_their_copies():
+    """numpy and JAX read views with negative strides and big-endian arrays; torch refused them
+    ("tensors with negative strides are not currently supported")."""
+    for x in (GMM_X[::-1], GMM_X[:, ::-1], GMM_X.astype(">f8")):
+        assert min(x.strides) < 0 or not x.dtype.isnative
+        fitted = _fit("bayesian_gmm", "cavi", "pyro", data={"x": x})
+        copied = _fit("bayesian_gmm", "cavi", "pyro", data={"x": np.array(x, dtype=np.float64)})
+        for key, value in copied.raw_params.items():
+            np.testing.assert_allclose(fitted.raw_params[key], value, rtol=1e-12)
 
 
 # --- A diverging learning rate ends in the NaN guard ---------------------------------------------
