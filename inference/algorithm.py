@@ -24,6 +24,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from zoo.options import check_types
 from zoo.spec import ModelSpec
 
 
@@ -130,7 +131,9 @@ class Algorithm(ABC):
         return self.unsupported(spec) is None
 
     def options(self, given: dict) -> Any:
-        """The algorithm's :attr:`Options` from the options a caller gave (validated)."""
+        """The algorithm's :attr:`Options` from the options a caller gave (validated: first the
+        types the fields of :attr:`Options` are annotated with, then its ``__post_init__``)."""
+        check_types(self.Options, given, f"algorithm {self.name!r}")
         return self.Options(**given)
 
     def option_names(self) -> tuple[str, ...]:

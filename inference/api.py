@@ -22,6 +22,7 @@ from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms
 from inference.result import FitResult
 from inference.validation import Validation
 from zoo import get_model
+from zoo.options import check_types
 
 
 def model_options(spec) -> list[str]:
@@ -31,7 +32,8 @@ def model_options(spec) -> list[str]:
 
 def split_options(alg, spec, options: dict) -> tuple[dict, dict]:
     """``(the algorithm's options, the model's options)`` from the keyword options of a fit;
-    an option that is neither is an error naming who takes it, if anyone does."""
+    an option that is neither is an error naming who takes it, if anyone does, and a model
+    option of a type its ``prepare`` is not annotated with is a ``TypeError`` naming it."""
     own, model = {}, {}
     allowed_model = model_options(spec)
     for name, value in options.items():
@@ -51,6 +53,7 @@ def split_options(alg, spec, options: dict) -> tuple[dict, dict]:
                 f"the model's options are {allowed_model}, the algorithm's "
                 f"{list(alg.option_names())}."
             )
+    check_types(spec.prepare, model, f"model {spec.name!r}")
     return own, model
 
 

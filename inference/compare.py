@@ -161,7 +161,9 @@ def compare(
     (``spec.maximum_likelihood_twin``: ``"gmm"`` for ``"bayesian_gmm"``) when the twin supports
     it. ``num_steps`` may be a dict per algorithm. Rows hold the final objective per point (the
     ELBO; a log-likelihood for EM), the held-out log predictive per point, steps, wall time and
-    the time to get within 0.01 nats/point of the best run's objective.
+    the time to get within 0.01 nats/point of the best run's objective. Every run's options are
+    checked before the first run, and an option that no run takes (each run's algorithm or model
+    would ignore it) is an error.
 
     ``reference``: a posterior every run is measured against, adding the columns of
     :func:`inference.accuracy.posterior_accuracy` (mean error in reference sds, ratios of sds,
@@ -197,49 +199,59 @@ def compare(
     if reference is not None:
         _check_reference(reference, spec, data)
     test_data = data if test_data is None else test_data
-    rows, results = [], []
+    plan = []  # (algorithm, model, backend, guide, options) of each run, before any runs
     for alg in algs:
         target = next((m for m in [spec, *twins] if alg.supports(m)), None)
         if target is None:
             continue
         for backend in backends:
             for guide in _guides(alg, target, guides):
-                for seed in seeds:
-                    steps = num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
-                    if alg.traits.estimate == "draws" and not isinstance(num_steps, dict):
-                        steps = None  # a sampler's length is its warm-up and draws
-                    opts = _options_for(target, alg, guide, backend, options)
-                    res = fit(
+                plan.append(
+                    (
+                        alg,
                         target,
-                        data,
-                        alg.name,
                         backend,
-                        seed=seed,
-                        num_steps=steps,
-                        progress=progress,
-                        **opts,
+                        guide,
+                        _options_for(target, alg, guide, backend, options),
                     )
-                    heldout = res.log_marginal_likelihood(
-                        test_data, num_samples=num_samples, seed=seed
-                    )
-                    objective = alg.comparable_objective(res, data)
-                    rows.append(
-                        {
-                            "model": target.name,
-                            "algorithm": alg.name,
-                            "guide": guide,
-                            "backend": backend,
-                            "seed": seed,
-                            "objective": _objective_name(alg, target),
-                            "objective_per_point": objective / res.num_data,
-                            "heldout_log_pred_per_point": float(np.mean(heldout)),
-                            "steps": res.num_steps,
-                            "wall_time_s": res.timing["total"],
-                            "first_step_s": res.timing["first_step"],
-                            "converged": res.converged,
-                        }
-                    )
-                    results.append(res)
+                )
+    if plan:
+        _check_every_option_is_used(spec, plan, options, reference)
+    rows, results = [], []
+    for alg, target, backend, guide, opts in plan:
+        for seed in seeds:
+            steps = num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
+            if alg.traits.estimate == "draws" and not isinstance(num_steps, dict):
+                steps = None  # a sampler's length is its warm-up and draws
+            res = fit(
+                target,
+                data,
+                alg.name,
+                backend,
+                seed=seed,
+                num_steps=steps,
+                progress=progress,
+                **opts,
+            )
+            heldout = res.log_marginal_likelihood(test_data, num_samples=num_samples, seed=seed)
+            objective = alg.comparable_objective(res, data)
+            rows.append(
+                {
+                    "model": target.name,
+                    "algorithm": alg.name,
+                    "guide": guide,
+                    "backend": backend,
+                    "seed": seed,
+                    "objective": _objective_name(alg, target),
+                    "objective_per_point": objective / res.num_data,
+                    "heldout_log_pred_per_point": float(np.mean(heldout)),
+                    "steps": res.num_steps,
+                    "wall_time_s": res.timing["total"],
+                    "first_step_s": res.timing["first_step"],
+                    "converged": res.converged,
+                }
+            )
+            results.append(res)
     if not rows:
         raise ValueError(
             f"No algorithm in {list(algorithms)} supports {spec.name!r} on {list(backends)}; "
@@ -385,6 +397,37 @@ def _check_options(specs, options) -> None:
         raise TypeError(
             f"compare() got unknown option(s) {unknown}; it takes the fit() options "
             f"{sorted(fit_options)} and the models' own options {sorted(allowed - fit_options)}."
+        )
+
+
+def _check_every_option_is_used(spec, plan, options, reference) -> None:
+    """An option that no run of the comparison takes (each run's algorithm ignores it, or no
+    run's algorithm or model has it) is an error, as ``fit`` refuses an option it would
+    ignore: a comparison would otherwise run without it and say nothing."""
+    used = {k for *_, opts in plan for k in opts}
+    if reference is not None:  # a reference posterior is computed with the model's options
+        used |= set(model_options(spec))
+    for name in sorted(set(options) - used):
+        reasons = []
+        for alg, target, backend, guide, _ in plan:
+            if name not in alg.option_names():
+                continue
+            own = {k: v for k, v in options.items() if k in alg.option_names()}
+            if guide is not None:
+                own["guide"] = guide
+            reason = alg.ignores(target, backend, alg.options(own), name)
+            if reason and reason not in reasons:
+                reasons.append(reason)
+        runs = sorted({(alg.name, target.name) for alg, target, *_ in plan})
+        why = (
+            " ".join(reasons)
+            if reasons
+            else "no run of this comparison takes it (runs: "
+            + ", ".join(f"{a!r} on {m!r}" for a, m in runs)
+            + ")."
+        )
+        raise ValueError(
+            f"{name}={options[name]!r} would have no effect on any run of this comparison: {why}"
         )
 
 

@@ -57,11 +57,73 @@ def _deferred_interrupt():
 #: The advice on a non-finite objective where the model has none of its own.
 DEFAULT_ADVICE = "Check the data scale, or use float64."
 
+#: What a step raises when it meets parameters that are no longer finite: a distribution's
+#: check of its parameters (ValueError), a factorisation of a matrix of infinities (numpy's
+#: LinAlgError is a ValueError, torch's a RuntimeError), an overflow.
+NUMERICAL_ERRORS = (ValueError, ArithmeticError, RuntimeError)
+
+
+def nonfinite_parameters(alg, state) -> list[str]:
+    """The names of the parameters of ``state`` that hold NaN or inf (empty when all are
+    finite, or when they cannot be read)."""
+    try:
+        params = alg.get_params(state)
+    except Exception:
+        return []
+    bad = []
+    for name, value in params.items():
+        value = np.asarray(value)
+        if value.dtype.kind in "fc" and not np.isfinite(value).all():
+            bad.append(name)
+    return sorted(bad)
+
+
+def _without_last_step(history: dict) -> dict:
+    return {k: v[:-1] if k in ("step", "objective", "time") else v for k, v in history.items()}
+
+
+def _nonfinite_error(alg, state, earlier, step, history, make_result, advice, what):
+    """A :class:`NonFiniteObjectiveError` for step ``step + 1``, whose ``result`` holds the
+    newest parameters that are all finite: those of ``state`` (step ``step``), else those of
+    ``earlier`` (step ``step - 1``; a backend that updates parameters in place has none to give
+    back), else those of ``state`` as they are."""
+    bad = nonfinite_parameters(alg, state)
+    candidates = [(state, step, history)]
+    if bad and earlier is not None:
+        candidates = [(earlier, step - 1, _without_last_step(history))]
+    result = kept = None
+    for candidate, at, past in candidates:
+        if make_result is None or nonfinite_parameters(alg, candidate):
+            continue
+        try:
+            result, kept = make_result(candidate, past, False), at
+        except NUMERICAL_ERRORS:
+            continue
+    if result is None and make_result is not None:
+        try:  # no finite parameters: those of the last step, as they are
+            with np.errstate(all="ignore"):  # summarising infinities: no warnings besides
+                result = make_result(state, history, False)
+        except NUMERICAL_ERRORS:
+            result = None
+    cause = f"; the parameters of step {step} are not finite ({', '.join(bad)})" if bad else ""
+    if kept is not None:
+        keep = f"the parameters of step {kept} are kept (error.result)"
+    elif result is not None:
+        keep = f"error.result holds the parameters of step {step} as they are"
+    else:
+        keep = "no parameters are kept"
+    return NonFiniteObjectiveError(f"{what}{cause}; {keep}. {advice}", result)
+
 
 def nonfinite_advice(alg, spec) -> str:
     """What to try when a fit's objective turns non-finite: the algorithm's advice (a step
     size), then the model's (a singular covariance: raise reg_covar), or a default."""
     return " ".join(a for a in (alg.traits.advice, spec.numerical_advice or DEFAULT_ADVICE) if a)
+
+
+def _first_line(err: BaseException, limit: int = 200) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _differences(saved, current) -> str:
@@ -263,17 +325,28 @@ def _run(
     try:
         # A run that converged or stopped early is finished: resuming it returns it as it was.
         with _deferred_interrupt() as interrupted:
+            earlier = None  # the state before ``state``: the last good one if ``state``'s is not
             for step in range(start_step, start_step if stopped else num_steps):
-                new_state, info = alg.step(state)  # a new state: ``state`` stays the last good one
+                try:
+                    new_state, info = alg.step(state)  # a new state: ``state`` stays as it was
+                except DataError:
+                    raise
+                except NUMERICAL_ERRORS as err:
+                    # A step that fails on parameters that are no longer finite (a learning
+                    # rate that diverged) ends as a non-finite objective does, with advice.
+                    if not nonfinite_parameters(alg, state):
+                        raise
+                    what = f"Step {step + 1} failed ({type(err).__name__}: {_first_line(err)})"
+                    raise _nonfinite_error(
+                        alg, state, earlier, step, history, make_result, advice, what
+                    ) from err
                 objective = info.objective
                 if not math.isfinite(objective):
-                    result = make_result(state, history, False) if make_result else None
-                    raise NonFiniteObjectiveError(
-                        f"The objective became {objective} at step {step + 1}; the parameters "
-                        f"of step {step} are kept (error.result). {advice}",
-                        result,
+                    what = f"The objective became {objective} at step {step + 1}"
+                    raise _nonfinite_error(
+                        alg, state, earlier, step, history, make_result, advice, what
                     )
-                state = new_state
+                earlier, state = state, new_state
                 history["step"].append(step + 1)
                 history["objective"].append(objective)
                 history["time"].append(time.perf_counter() - t0)

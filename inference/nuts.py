@@ -182,6 +182,13 @@ class NUTSAlgorithm(Algorithm):
         engines = importlib.import_module(f"inference.backends.{back.NAME}_mcmc")
         config = problem.backend_config()
         start = start_values(problem, problem.init)
+        if start is None and problem.init is not None:
+            raise ValueError(
+                "init= sets where the chains of a mixture start (its initial responsibilities); "
+                f"the chains of model {spec.name!r} start where the backend puts them (uniform "
+                f"in [-2, 2], unconstrained), so init has no effect. Leave init=None; got "
+                f"{problem.init if isinstance(problem.init, str) else type(problem.init).__name__!r}."
+            )
         init_sites = None
         if start is not None:
             sites = spec.sites_from_params(start, problem.config)

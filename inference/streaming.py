@@ -49,13 +49,22 @@ class StreamEndedError(DataError):
     """The stream of minibatches ended before ``num_steps``."""
 
 
+def is_array_like(data) -> bool:
+    """Whether numpy reads ``data`` as one array (a pandas DataFrame or Series, a torch or JAX
+    tensor, anything with ``__array__`` or the array interface): data in memory, however
+    iterating it goes (over a DataFrame's column names, a tensor's rows)."""
+    return hasattr(data, "__array__") or hasattr(data, "__array_interface__")
+
+
 def is_out_of_core(data) -> bool:
     """Whether ``data`` is a stream or holds memory-mapped arrays (not read whole into memory)."""
     if isinstance(data, Mapping):
         return any(isinstance(v, np.memmap) for v in data.values())
     if isinstance(data, list | tuple):  # a list of minibatches (dicts or arrays), not of rows
         return bool(data) and isinstance(data[0], Mapping | np.ndarray)
-    return isinstance(data, Iterable) and not isinstance(data, str | bytes | np.ndarray)
+    return (
+        isinstance(data, Iterable) and not isinstance(data, str | bytes) and not is_array_like(data)
+    )
 
 
 def _advise(array, option: str) -> None:
@@ -278,6 +287,7 @@ __all__ = [
     "StreamEndedError",
     "StreamSource",
     "fingerprint",
+    "is_array_like",
     "is_out_of_core",
     "make_source",
     "release",

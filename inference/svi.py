@@ -82,15 +82,31 @@ class SVIOptions:
         check_choice("elbo", self.elbo, ELBOS)
         if self.guide is not None and not isinstance(self.guide, str):
             raise TypeError(f"guide must be a guide's name (str); got {self.guide!r}.")
-        if isinstance(self.temperature, str) or len(np.atleast_1d(self.temperature)) != 2:
-            raise ValueError(
-                f"temperature must be a pair (start, end) of positive floats, annealed "
-                f"geometrically over num_steps; got {self.temperature!r}."
-            )
+        check_temperature(self.temperature)
         if self.batch_size is not None and (
             isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int | np.integer)
         ):
             raise TypeError(f"batch_size must be an int; got {type(self.batch_size).__name__}.")
+
+
+def check_temperature(temperature) -> tuple[float, float]:
+    """``temperature``: a pair ``(start, end)`` of positive floats (a relaxed guide's schedule)."""
+    pair = temperature if isinstance(temperature, tuple | list | np.ndarray) else None
+    values = [] if pair is None else list(np.asarray(pair, dtype=object).ravel())
+    finite = all(
+        isinstance(v, int | float | np.integer | np.floating)
+        and not isinstance(v, bool)
+        and np.isfinite(v)
+        and v > 0
+        for v in values
+    )
+    if len(values) != 2 or not finite:
+        raise ValueError(
+            "temperature must be a pair (start, end) of positive floats, the relaxed guide's "
+            f"temperature annealed geometrically from start to end over num_steps; got "
+            f"{temperature!r}."
+        )
+    return float(values[0]), float(values[1])
 
 
 class SVIInfo(NamedTuple):
@@ -144,7 +160,7 @@ def _binary_keys(spec) -> list[str]:
 class SVI(Algorithm):
     name = "svi"
     Options = SVIOptions
-    # float64: under JAX x64, numpyro's lower-Cholesky transform mixes dtypes for float32 params.
+    # float64 unless the caller or the model asks for float32 (which both backends run).
     traits = Traits(
         stochastic=True,
         minibatch=True,
@@ -163,8 +179,11 @@ class SVI(Algorithm):
         return state.guide
 
     def ignores(self, spec, backend: str, options: SVIOptions, name: str) -> str | None:
-        """The temperature anneals a relaxed guide only, and an enumerated guide has its own
-        objective (TraceEnum_ELBO)."""
+        """The temperature anneals a relaxed guide only; an enumerated guide has its own
+        objective (TraceEnum_ELBO); a guide that draws nothing at random (the twin's
+        ``DETERMINISTIC_GUIDES``: point masses and enumerated discrete sites) has an exact ELBO,
+        which more particles or another estimator do not change; and an importance-weighted
+        bound of one particle is the ELBO itself."""
         twin = spec.twin(backend)
         guide = options.guide or spec.guides[0]
         if name == "temperature" and guide not in getattr(twin, "RELAXED_GUIDES", ()):
@@ -173,10 +192,27 @@ class SVI(Algorithm):
                 f"{guide!r} does not use it."
             )
         enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
-        if name == "elbo" and options.elbo != "trace" and enumerated:
+        deterministic = guide in getattr(twin, "DETERMINISTIC_GUIDES", ())
+        if name == "num_particles" and deterministic:
             return (
-                f"elbo={options.elbo!r} does not apply to guide {guide!r}, which sums the "
-                "discrete latents out exactly (TraceEnum_ELBO)."
+                f"num_particles= averages Monte-Carlo draws of the guide; guide {guide!r} of "
+                f"model {spec.name!r} draws nothing at random (point masses, discrete latents "
+                "summed out), so its ELBO is exact with one particle."
+            )
+        if name == "elbo" and options.elbo != "trace" and (enumerated or deterministic):
+            how = (
+                "sums the discrete latents out exactly (TraceEnum_ELBO)"
+                if enumerated
+                else "draws nothing at random, so its ELBO is exact"
+            )
+            return (
+                f"elbo={options.elbo!r} does not apply to guide {guide!r}, which {how}; of the "
+                f"values {list(ELBOS)}, only the default 'trace' applies to it."
+            )
+        if name == "elbo" and options.elbo == "iwae" and options.num_particles < 2:
+            return (
+                "elbo='iwae' with num_particles=1 is the ordinary ELBO (one importance sample); "
+                "give num_particles >= 2 for an importance-weighted bound, or elbo='trace'."
             )
         return None
 
@@ -207,7 +243,9 @@ class SVI(Algorithm):
         data, config = problem.backend_data(), problem.backend_config()
         spans_steps = True
         if guide in getattr(twin, "RELAXED_GUIDES", ()):
-            schedule = geometric_schedule(*options.temperature, problem.num_steps)
+            schedule = geometric_schedule(
+                *check_temperature(options.temperature), problem.num_steps
+            )
         elif hasattr(twin, "temperature_schedule"):  # e.g. a KL-weight warm-up the model reads
             schedule = twin.temperature_schedule(problem.config, problem.num_steps)
             spans_steps = getattr(twin, "SCHEDULE_SPANS_STEPS", True)

@@ -14,6 +14,14 @@ import math
 
 import numpy as np
 
+from zoo.devices import for_torch
+
+
+def _for_torch(value):
+    """numpy arrays as torch takes them (``zoo.devices.for_torch``); tensors and numbers as
+    they are."""
+    return for_torch(value) if isinstance(value, np.ndarray) else value
+
 
 class TorchOps:
     name = "pyro"
@@ -24,7 +32,7 @@ class TorchOps:
         self.torch = torch
 
     def asarray(self, value, like):
-        return self.torch.as_tensor(value, dtype=like.dtype, device=like.device)
+        return self.torch.as_tensor(_for_torch(value), dtype=like.dtype, device=like.device)
 
     def ones(self, shape, like):
         return self.torch.ones(shape, dtype=like.dtype, device=like.device)
@@ -74,7 +82,7 @@ class TorchOps:
 
     def asarray_on(self, value, like):
         """``value`` as a tensor of its own dtype on ``like``'s device."""
-        return self.torch.as_tensor(value, device=like.device)
+        return self.torch.as_tensor(_for_torch(value), device=like.device)
 
     def astype(self, x, dtype):
         return x.to(dtype)

@@ -68,13 +68,25 @@ def _jax_device(device):
     return devices[i]
 
 
+def for_torch(value) -> np.ndarray:
+    """``value`` as a numpy array torch takes: torch refuses arrays with negative strides
+    (``x[::-1]``) and arrays in the other byte order, which numpy and JAX read; those are
+    copied, others passed as they are."""
+    array = np.asarray(value)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if any(stride < 0 for stride in array.strides):
+        array = array.copy()
+    return array
+
+
 def asarray(backend: str, value, device, dtype: str):
     """``value`` as a ``dtype`` array of the backend on ``device`` (a device object)."""
     if backend == "pyro":
         import torch
 
         return torch.as_tensor(
-            np.asarray(value), dtype=getattr(torch, check_dtype(dtype)), device=device
+            for_torch(value), dtype=getattr(torch, check_dtype(dtype)), device=device
         )
     import jax
     import jax.numpy as jnp

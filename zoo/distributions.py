@@ -6,20 +6,36 @@
 * :class:`StickBreakingCategorical` -- a categorical over a truncated stick-breaking prior whose
   mass beyond the truncation is left out rather than renormalised away (its torch twin lives in
   :mod:`zoo.torch_distributions`).
+* :data:`lower_cholesky` and :data:`simplex` -- NumPyro's constraints with transforms that keep
+  float32 parameters float32 (:class:`LowerCholeskyTransform`, :class:`StickBreakingTransform`).
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax, random
 from jax.scipy.special import gammaln, logsumexp
 from numpyro.distributions import CategoricalLogits, Distribution, constraints
 from numpyro.distributions import Normal as _NumPyroNormal
 from numpyro.distributions import Wishart as _NumPyroWishart
-from numpyro.distributions.util import clamp_probs, lazy_property, validate_sample
+from numpyro.distributions.transforms import LowerCholeskyTransform as _LowerCholeskyTransformBase
+from numpyro.distributions.transforms import StickBreakingTransform as _StickBreakingTransformBase
+from numpyro.distributions.transforms import biject_to
+from numpyro.distributions.util import add_diag, clamp_probs, lazy_property, validate_sample
 
-__all__ = ["RelaxedOneHotCategorical", "StickBreakingCategorical", "stick_breaking_log_weights"]
+__all__ = [
+    "LowerCholeskyTransform",
+    "RelaxedOneHotCategorical",
+    "StickBreakingCategorical",
+    "StickBreakingTransform",
+    "lower_cholesky",
+    "simplex",
+    "stick_breaking_log_weights",
+]
 
 
 def stick_breaking_log_weights(sticks):
@@ -272,3 +288,58 @@ class Normal(_NumPyroNormal):
         shape = sample_shape + self.batch_shape + self.event_shape
         eps = random.normal(key, shape=shape, dtype=jnp.result_type(self.loc, self.scale))
         return self.loc + eps * self.scale
+
+
+class _LowerCholesky(constraints._LowerCholesky):
+    """NumPyro's ``lower_cholesky`` constraint, mapped to :class:`LowerCholeskyTransform`."""
+
+
+class LowerCholeskyTransform(_LowerCholeskyTransformBase):
+    """NumPyro's lower-Cholesky transform in the dtype of its input.
+
+    NumPyro's own builds the factor on ``jnp.zeros`` of the default dtype, float64 once JAX's
+    64-bit mode is on (as the inference layer turns it on), and scattering float32 parameters
+    into it fails (``lax.scatter requires arguments to have the same dtypes``): float32 fits of
+    a covariance factor did not run. Same layout of the unconstrained vector (strictly lower
+    entries row by row, then the log-diagonal), so parameters and checkpoints are those of
+    NumPyro's transform.
+    """
+
+    codomain = None  # set below: the constraint this transform is registered for
+
+    def __call__(self, x):
+        n = round((math.sqrt(1 + 8 * x.shape[-1]) - 1) / 2)
+        rows, cols = np.tril_indices(n, -1)
+        z = jnp.zeros(x.shape[:-1] + (n, n), dtype=x.dtype).at[..., rows, cols].set(x[..., :-n])
+        return add_diag(z, jnp.exp(x[..., -n:]))
+
+
+#: ``constraints.lower_cholesky`` for parameters that may be float32 (see
+#: :class:`LowerCholeskyTransform`); use it in place of NumPyro's in ``numpyro.param``.
+lower_cholesky = _LowerCholesky()
+LowerCholeskyTransform.codomain = lower_cholesky
+biject_to.register(_LowerCholesky, lambda constraint: LowerCholeskyTransform())
+
+
+class _Simplex(constraints._Simplex):
+    """NumPyro's ``simplex`` constraint, mapped to :class:`StickBreakingTransform`."""
+
+
+class StickBreakingTransform(_StickBreakingTransformBase):
+    """NumPyro's stick-breaking transform in the dtype of its input: NumPyro's own shifts its
+    input by the log of an integer ``arange``, float64 in JAX's 64-bit mode, so float32
+    parameters on the simplex came back float64 (and a float32 fit held them in float64)."""
+
+    codomain = None  # set below
+
+    def __call__(self, x):
+        return super().__call__(x).astype(x.dtype)
+
+    def _inverse(self, y):
+        return super()._inverse(y).astype(y.dtype)
+
+
+#: ``constraints.simplex`` for parameters that may be float32 (see :class:`StickBreakingTransform`).
+simplex = _Simplex()
+StickBreakingTransform.codomain = simplex
+biject_to.register(_Simplex, lambda constraint: StickBreakingTransform())

@@ -162,9 +162,12 @@ class ModelSpec:
         Raises a ``ValueError`` that says what was expected and what was got.
         """
         if not isinstance(data, Mapping):
+            keys = sorted(self.data)
+            example = ", ".join(f"{k!r}: np.asarray(...)" for k in keys)
             raise TypeError(
-                f"data must be a dict mapping {sorted(self.data)} to arrays; "
-                f"got {type(data).__name__}."
+                f"data must be a dict mapping {keys} to arrays; got {type(data).__name__}. "
+                f"Name each array by its key: data={{{example}}} (a DataFrame, Series, list or "
+                "tensor becomes an array with np.asarray)."
             )
         missing = sorted(set(self.data) - set(data))
         extra = sorted(set(data) - set(self.data))
@@ -175,7 +178,12 @@ class ModelSpec:
             )
         out = {}
         for key, contract in self.data.items():
-            value = np.asarray(data[key])
+            try:
+                value = np.asarray(data[key])
+            except (TypeError, ValueError) as err:  # ragged lists, objects numpy cannot read
+                raise ValueError(
+                    f"data[{key!r}] cannot be read as an array ({contract.doc}): {err}"
+                ) from None
             if value.ndim != contract.ndim:
                 raise ValueError(
                     f"data[{key!r}] must have {contract.ndim} dimensions ({contract.doc}); "
@@ -186,9 +194,21 @@ class ModelSpec:
                     f"data[{key!r}] is empty ({contract.doc}); got shape {value.shape}."
                 )
             if value.dtype.kind not in contract.kind:
+                mixed = (
+                    " (numpy could not read every entry as a number: mixed types, None, or "
+                    "strings, e.g. a DataFrame with a non-numeric column)"
+                    if value.dtype.kind in "OUS"
+                    else ""
+                )
                 raise ValueError(
                     f"data[{key!r}] must have a dtype of kind {contract.kind!r} "
-                    f"(numpy dtype.kind); got {value.dtype}."
+                    f"(numpy dtype.kind); got {value.dtype}{mixed}."
+                )
+            if value.dtype.kind == "f" and value.dtype.itemsize > 8:
+                raise ValueError(
+                    f"data[{key!r}] has dtype {value.dtype}, more precise than either backend "
+                    f"computes in (float64 at most); convert it first, e.g. "
+                    f"data[{key!r}].astype(np.float64)."
                 )
             if value.dtype.kind == "f":
                 bad = ~np.isfinite(value)

@@ -301,6 +301,7 @@ def check_registration(spec: ModelSpec, **options) -> None:
             _check_guide_covers_model(
                 spec, backend, guide, twins[backend], model_sites, guide_sites
             )
+            _check_deterministic_guide(spec, backend, guide, twins[backend], guide_sites)
 
 
 def _import_twin(spec, backend):
@@ -405,9 +406,17 @@ def _traced(spec, backend, what, make, data, config, temperature) -> dict:
         ) from err
 
 
+def _is_point_mass(fn) -> bool:
+    """Whether a site's distribution is a Delta (through the wrappers that expand, mask or
+    reinterpret a batch as an event, which keep theirs as ``base_dist``)."""
+    while fn is not None and type(fn).__name__ != "Delta":
+        fn = getattr(fn, "base_dist", None)
+    return fn is not None
+
+
 def _site_summary(trace, backend) -> dict:
-    """{name: (observed, plate names, enumerable)} of a trace's sample sites, minibatch
-    bookkeeping left out."""
+    """{name: (observed, plate names, enumerable, point mass)} of a trace's sample sites,
+    minibatch bookkeeping left out."""
     from pyro.poutine.util import site_is_subsample
 
     nodes = trace.nodes.items() if backend == "pyro" else trace.items()
@@ -416,6 +425,7 @@ def _site_summary(trace, backend) -> dict:
             bool(site["is_observed"]),
             frozenset(f.name for f in site["cond_indep_stack"]),
             bool(getattr(site["fn"], "has_enumerate_support", False)),
+            _is_point_mass(site["fn"]),
         )
         for name, site in nodes
         if site["type"] == "sample" and not (backend == "pyro" and site_is_subsample(site))
@@ -450,7 +460,7 @@ def _check_guide_covers_model(spec, backend, guide, twin, model_sites, guide_sit
     enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
     missing = sorted(
         name
-        for name, (observed, _, enumerable) in model_sites.items()
+        for name, (observed, _, enumerable, _) in model_sites.items()
         if not observed and name not in guide_sites and not (enumerated and enumerable)
     )
     where = f"guide {guide!r} of the {BACKEND_TITLES[backend]} twin ({spec.backends[backend]})"
@@ -473,6 +483,27 @@ def _check_guide_covers_model(spec, backend, guide, twin, model_sites, guide_sit
             f"Model {spec.name!r}: {where} samples site(s) {unknown} that the model does not "
             f"have (its sites: {sorted(model_sites)}). Guide sites take the name of the model "
             "site they stand for."
+        )
+
+
+def _check_deterministic_guide(spec, backend, guide, twin, guide_sites) -> None:
+    """A guide the twin lists in ``DETERMINISTIC_GUIDES`` (SVI then refuses ``num_particles=``,
+    which would change nothing) draws nothing at random: its sites are point masses or
+    discrete."""
+    if guide not in getattr(twin, "DETERMINISTIC_GUIDES", ()):
+        return
+    drawn = sorted(
+        name
+        for name, (observed, _, enumerable, point_mass) in guide_sites.items()
+        if not (observed or enumerable or point_mass)
+    )
+    if drawn:
+        where = f"guide {guide!r} of the {BACKEND_TITLES[backend]} twin ({spec.backends[backend]})"
+        raise ModelSpecError(
+            f"Model {spec.name!r}: {where} is listed in the twin's DETERMINISTIC_GUIDES, but "
+            f"draws the site(s) {drawn} at random. List there only guides whose sites are all "
+            "point masses (Delta) or discrete sites that SVI sums out: SVI refuses "
+            "num_particles= for them."
         )
 
 

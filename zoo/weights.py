@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from zoo.devices import for_torch
+
 
 def canonical_name(name: str) -> str:
     """``pyro.module`` stores ``decoder$$$fc1.weight``; the zoo names it ``decoder.fc1.weight``."""
@@ -36,7 +38,7 @@ def torch_module(build, name: str, init: dict, like, description):
     net = net.to_empty(device=like.device).to(dtype=like.dtype)
     prefix = name + "."
     state = {
-        k[len(prefix) :]: torch.as_tensor(np.asarray(v))
+        k[len(prefix) :]: torch.as_tensor(for_torch(v))
         for k, v in init.items()
         if k.startswith(prefix)
     }

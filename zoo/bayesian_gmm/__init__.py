@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zoo.bayesian_gmm import posterior
+from zoo.options import as_float, check_array, check_choice, check_float
 from zoo.spec import DataField, ModelSpec
 from zoo.updates import ClosedFormUpdates
 
@@ -54,10 +55,7 @@ class BayesianGMMConfig:
 
 
 def _positive(name, value):
-    value = float(value)
-    if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a float in the range (0, inf); got {value}.")
-    return value
+    return check_float(name, value, 0.0)
 
 
 def check_components(K, n_samples) -> int:
@@ -69,6 +67,44 @@ def check_components(K, n_samples) -> int:
     if K > n_samples:
         raise ValueError(f"K={K} exceeds the number of data points N={n_samples}; use K <= N.")
     return int(K)
+
+
+def _check_data_scale(x, need_covariance: bool) -> None:
+    """Data the model cannot use: refused naming what in the data is wrong, not the default
+    prior computed from them (the data's covariance), which the caller never passed."""
+    n = len(x)
+    if need_covariance and n < 2:
+        raise ValueError(
+            f"data['x'] has {n} row; the default covariance_prior (the covariance of the data) "
+            "needs at least 2 rows: pass more data, or covariance_prior= (a (D, D) matrix)."
+        )
+    largest = float(np.max(np.abs(x)))
+    if largest > np.sqrt(np.finfo(np.float64).max / n):
+        raise ValueError(
+            f"data['x'] holds values up to {largest:.3g}, whose squares overflow float64 (in "
+            "the data's covariance, the default covariance_prior, and in every update); "
+            "rescale the data, e.g. standardise each column."
+        )
+
+
+def _check_default_covariance(x, cov) -> None:
+    """The data covariance as a prior must be positive definite: say why it is not."""
+    n, d = x.shape
+    if not np.isfinite(cov).all():
+        return  # refused below, as a covariance_prior that is not finite
+    constant = [int(j) for j in np.flatnonzero(np.ptp(x, axis=0) == 0)]
+    if constant:
+        raise ValueError(
+            f"column(s) {constant} of data['x'] are constant, so the default covariance_prior "
+            "(the covariance of the data) is singular; drop those columns, or pass "
+            "covariance_prior= (a (D, D) positive definite matrix)."
+        )
+    if n <= d:
+        raise ValueError(
+            f"data['x'] has {n} rows and {d} columns; the default covariance_prior (the "
+            f"covariance of the data) is singular unless there are more rows than columns: "
+            "pass more data, or covariance_prior= (a (D, D) positive definite matrix)."
+        )
 
 
 def check_dim(data, config) -> None:
@@ -99,10 +135,7 @@ def prepare(
     x = data["x"]
     n, d = x.shape
     K = check_components(K, n)
-    if weight_prior not in WEIGHT_PRIORS:
-        raise ValueError(
-            f"weight_prior must be one of {list(WEIGHT_PRIORS)}; got {weight_prior!r}."
-        )
+    weight_prior = check_choice("weight_prior", weight_prior, WEIGHT_PRIORS)
     alpha0 = _positive(
         "weight_concentration_prior",
         1.0 / K if weight_concentration_prior is None else weight_concentration_prior,
@@ -110,28 +143,37 @@ def prepare(
     beta0 = _positive(
         "mean_precision_prior", 1.0 if mean_precision_prior is None else mean_precision_prior
     )
-    nu0 = float(d if degrees_of_freedom_prior is None else degrees_of_freedom_prior)
+    nu0 = as_float(
+        "degrees_of_freedom_prior",
+        d if degrees_of_freedom_prior is None else degrees_of_freedom_prior,
+    )
     if not (nu0 > d - 1 and np.isfinite(nu0)):
         raise ValueError(
             f"degrees_of_freedom_prior must be finite and greater than D - 1 = {d - 1}; got {nu0}."
         )
-    m0 = x.mean(axis=0) if mean_prior is None else np.asarray(mean_prior, dtype=float)
-    if m0.shape != (d,):
-        raise ValueError(f"mean_prior must have shape ({d},); got {m0.shape}.")
+    _check_data_scale(x, need_covariance=covariance_prior is None)
+    m0 = x.mean(axis=0) if mean_prior is None else check_array("mean_prior", mean_prior, (d,))
     if not np.isfinite(m0).all():
         raise ValueError(f"mean_prior must be finite; got {m0}.")
-    cov0 = np.atleast_2d(np.cov(x.T)) if covariance_prior is None else np.asarray(covariance_prior)
-    if cov0.shape != (d, d):
-        raise ValueError(f"covariance_prior must have shape ({d}, {d}); got {cov0.shape}.")
+    if covariance_prior is None:
+        cov0 = np.atleast_2d(np.cov(x.T))
+        _check_default_covariance(x, cov0)
+    else:
+        cov0 = check_array("covariance_prior", covariance_prior, (d, d))
     if not np.isfinite(cov0).all():
         raise ValueError("covariance_prior must be finite; it holds NaN or inf.")
     if not np.allclose(cov0, cov0.T) or np.linalg.eigvalsh(cov0).min() <= 0:
+        if covariance_prior is None:
+            raise ValueError(
+                "the covariance of data['x'] (the default covariance_prior) is singular: some "
+                "columns of data['x'] are linear combinations of others. Drop them, or pass "
+                "covariance_prior= (a (D, D) positive definite matrix)."
+            )
         raise ValueError(
             "covariance_prior must be symmetric positive definite; with N <= D or constant "
             "columns the default (the data covariance) is singular: pass one explicitly."
         )
-    if not 0 <= reg_covar < np.inf:
-        raise ValueError(f"reg_covar must be a float in the range [0, inf); got {reg_covar}.")
+    reg_covar = check_float("reg_covar", reg_covar, 0.0, low_closed=True)
     return BayesianGMMConfig(
         K=K,
         weight_prior=weight_prior,

@@ -36,7 +36,9 @@ from zoo.quadratic_features import (
     sufficient_statistics,
 )
 
-EPS = 10 * np.finfo(np.float64).eps  # scikit-learn adds this to N_k to avoid 0/0
+# scikit-learn adds this to N_k to avoid 0/0. A Python float: JAX promotes float32 arrays to
+# float64 by a numpy float64 scalar, but not by a Python float.
+EPS = float(10 * np.finfo(np.float64).eps)
 
 
 def init_cache(x, config, xp, shift=None) -> dict:

@@ -8,7 +8,12 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.ops.indexing import Vindex
 
-from zoo.distributions import RelaxedOneHotCategorical, StickBreakingCategorical, Wishart
+from zoo.distributions import (
+    RelaxedOneHotCategorical,
+    StickBreakingCategorical,
+    Wishart,
+    lower_cholesky,
+)
 from zoo.plates import numpyro_data_plate as data_plate
 
 ENUMERATED_GUIDES = ("enum",)
@@ -90,7 +95,7 @@ def _global_factors(config, init, x, mean_family):
             "weights", dist.Dirichlet(param("weight_concentration", constraints.positive))
         )
     dof = param("dof", constraints.greater_than(d - 1.0))
-    scale_tril = param("scale_tril", constraints.lower_cholesky)
+    scale_tril = param("scale_tril", lower_cholesky)
     means = param("mean_loc")
     with numpyro.plate("components", K):
         precisions = numpyro.sample("precisions", Wishart(dof, scale_tril=scale_tril))
@@ -101,7 +106,7 @@ def _global_factors(config, init, x, mean_family):
             )
         else:
             mean_dist = dist.MultivariateNormal(
-                means, scale_tril=param("mean_scale_tril", constraints.lower_cholesky)
+                means, scale_tril=param("mean_scale_tril", lower_cholesky)
             )
         numpyro.sample("means", mean_dist)
 

@@ -38,6 +38,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from zoo.devices import for_torch
+
 BACKENDS = ("numpy", "torch", "jax")
 
 
@@ -89,7 +91,7 @@ class _Namespace:
             device = like.device if like is not None else None
             if isinstance(value, self.torch.Tensor):
                 return value.to(dtype=dtype, device=device or value.device)
-            return self.torch.as_tensor(np.asarray(value), dtype=dtype, device=device)
+            return self.torch.as_tensor(for_torch(value), dtype=dtype, device=device)
         return self.xp.asarray(value, dtype=dtype)
 
     def bool_array(self, value, like=None):
@@ -98,7 +100,7 @@ class _Namespace:
             device = like.device if like is not None else None
             if isinstance(value, self.torch.Tensor):
                 return value.to(device=device or value.device)
-            return self.torch.as_tensor(np.asarray(value), device=device)
+            return self.torch.as_tensor(for_torch(value), device=device)
         return self.xp.asarray(value)
 
     def is_bool(self, value) -> bool:

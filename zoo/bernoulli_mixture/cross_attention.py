@@ -20,6 +20,7 @@ import numpy as np
 
 from zoo.attention import torch_attention
 from zoo.bernoulli_mixture import as_binary
+from zoo.devices import for_torch
 
 
 class CrossAttentionCompleter:
@@ -103,7 +104,7 @@ class CrossAttentionCompleter:
             for name, value in self._initial(x, rng).items()
         }
         optimizer = torch.optim.Adam(params.values(), lr=lr)
-        data = torch.as_tensor(x, dtype=torch.float32, device=self.device)
+        data = torch.as_tensor(for_torch(x), dtype=torch.float32, device=self.device)
         steps = math.ceil(len(x) / batch_size)
         self.history = []
         from tqdm.auto import tqdm
@@ -127,7 +128,7 @@ class CrossAttentionCompleter:
     def _check_fitted(self, x):
         if self.params is None:
             raise RuntimeError("call fit() first.")
-        return self.torch.as_tensor(np.asarray(x), dtype=self.torch.float32, device=self.device)
+        return self.torch.as_tensor(for_torch(x), dtype=self.torch.float32, device=self.device)
 
     def log_prob_missing(self, x, chunk: int = 2000) -> np.ndarray:
         """``log p(x_M | x_O)`` (N,) in nats, for binary images ``x`` (N, D)."""

@@ -8,7 +8,11 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.ops.indexing import Vindex
 
+from zoo.distributions import simplex
+
 ENUMERATED_GUIDES = ("enum",)
+#: Guides that draw nothing at random (point masses, ``z`` enumerated): an exact ELBO.
+DETERMINISTIC_GUIDES = ("enum",)
 
 
 def model(data, config, temperature=None, init=None):
@@ -50,7 +54,7 @@ def make_guide(name, config, init):
         weights = numpyro.param(
             "weights_map",
             jnp.asarray(init["weights_map"], dtype=x.dtype),
-            constraint=constraints.simplex,
+            constraint=simplex,
         )
         probs = numpyro.param(
             "probs_map",

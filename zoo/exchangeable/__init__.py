@@ -95,6 +95,7 @@ from zoo.exchangeable.posterior import (
     posterior_error,
     total_variation,
 )
+from zoo.options import check_array
 from zoo.spec import DataField, ModelSpec
 
 __all__ = [
@@ -250,7 +251,7 @@ def prepare(
     data,
     K: int | None = None,
     means=None,
-    separation: float = 1.0,
+    separation: float | None = None,
     scale: float = 1.0,
     weights=None,
     objective: str = "elbo",
@@ -268,8 +269,8 @@ def prepare(
         Number of components (default 3, or ``len(means)``).
     means : array (K, D), optional
         The component means; default :func:`default_means` ``(K, D, separation)``.
-    separation : float
-        Radius of the default means' circle.
+    separation : float, optional
+        Radius of the default means' circle (default 1; not with ``means``).
     scale : float
         The tokens' standard deviation ``s`` around their component mean.
     weights : array (K,), optional
@@ -284,9 +285,15 @@ def prepare(
     x = _check_x(data["x"])
     dim = x.shape[-1]
     if means is None:
+        separation = 1.0 if separation is None else separation
         means = default_means(3 if K is None else K, dim, separation)
+    elif separation is not None:
+        raise ValueError(
+            "separation= is the radius of the default means' circle; with means= given it has "
+            f"no effect (got separation={separation!r}). Pass one or the other."
+        )
     else:
-        means = np.asarray(means, dtype=float)
+        means = check_array("means", means, what="the component means")
         if means.ndim != 2 or means.shape[1] != dim or not np.all(np.isfinite(means)):
             raise ValueError(
                 f"means must be a finite (K, D) array with D = {dim} (the tokens' dimension); "
@@ -298,7 +305,7 @@ def prepare(
     if weights is None:
         weights = np.full(K, 1.0 / K)
     else:
-        weights = np.asarray(weights, dtype=float)
+        weights = check_array("weights", weights, what="the components' prior probabilities")
         if weights.shape != (K,) or np.any(weights <= 0) or not np.isclose(weights.sum(), 1):
             raise ValueError(
                 f"weights must be a ({K},) array of positive probabilities summing to 1; got "

@@ -17,6 +17,8 @@ from zoo.weights import equinox_module
 
 #: ``z`` is summed out exactly in the guide (TraceEnum_ELBO), K terms per sequence.
 ENUMERATED_GUIDES = ("attention",)
+#: Guides that draw nothing at random (``z`` enumerated, no other latent): an exact ELBO.
+DETERMINISTIC_GUIDES = ("attention",)
 
 
 class AttentionPosterior(eqx.Module):

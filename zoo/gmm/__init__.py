@@ -18,6 +18,7 @@ import numpy as np
 
 from zoo.bayesian_gmm import MIXTURE_ADVICE, check_components, check_dim
 from zoo.gmm import posterior
+from zoo.options import check_float
 from zoo.spec import DataField, ModelSpec
 from zoo.updates import ClosedFormUpdates
 
@@ -33,9 +34,8 @@ def prepare(data, K: int = 10, reg_covar: float = 1e-6) -> GMMConfig:
     """``reg_covar`` is added to each covariance's diagonal in the M-step, as in scikit-learn."""
     n, d = data["x"].shape
     K = check_components(K, n)
-    if not 0 <= reg_covar < np.inf:
-        raise ValueError(f"reg_covar must be a float in the range [0, inf); got {reg_covar}.")
-    return GMMConfig(K=K, dim=d, reg_covar=float(reg_covar))
+    reg_covar = check_float("reg_covar", reg_covar, 0.0, low_closed=True)
+    return GMMConfig(K=K, dim=d, reg_covar=reg_covar)
 
 
 def summarize(params: dict, config: GMMConfig) -> dict:

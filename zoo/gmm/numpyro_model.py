@@ -8,7 +8,11 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.ops.indexing import Vindex
 
+from zoo.distributions import lower_cholesky, simplex
+
 ENUMERATED_GUIDES = ("enum",)
+#: Guides that draw nothing at random (no latent but the enumerated ``z``): an exact ELBO.
+DETERMINISTIC_GUIDES = ("enum",)
 
 
 def model(data, config, temperature=None, init=None):
@@ -21,12 +25,12 @@ def model(data, config, temperature=None, init=None):
         return numpyro.param(name, value, constraint=constraint)
 
     K, d = config.K, config.dim
-    weights = param("weights", jnp.full((K,), 1.0 / K, dtype=x.dtype), constraints.simplex)
+    weights = param("weights", jnp.full((K,), 1.0 / K, dtype=x.dtype), simplex)
     means = param("means", x[:K], constraints.real)
     scale_tril = param(
         "scale_tril",
         jnp.broadcast_to(jnp.eye(d, dtype=x.dtype), (K, d, d)),
-        constraints.lower_cholesky,
+        lower_cholesky,
     )
     with numpyro.plate("data", x.shape[0]):
         z = numpyro.sample("z", dist.Categorical(probs=weights))

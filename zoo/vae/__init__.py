@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zoo.options import check_choice, check_types
 from zoo.spec import DataField, ModelSpec
 from zoo.vae.networks import decode, encode
 
@@ -69,19 +70,23 @@ def check_data(data, config: VAEConfig) -> None:
     check_binary(x)
 
 
-def prepare(data, latent_dim: int = 50, hidden=(200, 200), activation: str = "tanh") -> VAEConfig:
+def prepare(
+    data,
+    latent_dim: int = 50,
+    hidden: int | tuple[int, ...] = (200, 200),
+    activation: str = "tanh",
+) -> VAEConfig:
     x = data["x"]
     check_binary(x)
+    check_types(prepare, {"hidden": hidden}, "model 'vae'")  # a string would read as digits
     hidden = (hidden,) if isinstance(hidden, int | np.integer) else tuple(hidden)
     if not hidden:
         raise ValueError("hidden must list at least one layer size; got ().")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {list(ACTIVATIONS)}; got {activation!r}.")
     return VAEConfig(
         num_pixels=int(x.shape[1]),
         latent_dim=_positive_int("latent_dim", latent_dim),
         hidden=tuple(_positive_int("hidden layer size", h) for h in hidden),
-        activation=activation,
+        activation=check_choice("activation", activation, ACTIVATIONS),
     )
 
 
