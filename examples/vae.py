@@ -265,7 +265,7 @@ def fit(args, train, valid, steps_per_epoch):
         validate_every=steps_per_epoch,
         patience=args.patience,
         checkpoint=args.checkpoint,
-        checkpoint_every=steps_per_epoch,
+        checkpoint_every=steps_per_epoch if args.checkpoint else None,
         resume=args.checkpoint is not None,
         progress=not args.quick,
         latent_dim=args.latent_dim,

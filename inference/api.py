@@ -153,7 +153,7 @@ def fit(
     dtype: str | None = None,
     progress: bool = True,
     checkpoint=None,
-    checkpoint_every: int = 100,
+    checkpoint_every: int | None = None,
     resume: bool = False,
     callback=None,
     validation_data=None,
@@ -199,7 +199,8 @@ def fit(
         stops. With validation data the result holds the parameters of the best evaluation
         (``result.best_step``). For models with per-datum evaluation (``FitResult.elbo``).
     checkpoint, checkpoint_every, resume :
-        Write an atomic checkpoint to ``checkpoint`` every ``checkpoint_every`` steps; with
+        Write an atomic checkpoint to ``checkpoint`` every ``checkpoint_every`` steps (default
+        100; the last step, an interrupt and an early stop are always checkpointed); with
         ``resume=True`` continue from it (if the file exists) to the same result as an
         uninterrupted run; a run that converged or stopped early comes back as it ended. A
         larger ``num_steps`` on resume extends the run, unless the run depends on ``num_steps``
@@ -256,6 +257,9 @@ def fit(
     if num_steps is None:
         num_steps = alg.default_num_steps(opts)
     tol = alg.traits.tol if tol is None else tol
+    if checkpoint_every is not None and checkpoint is None:
+        raise ValueError("checkpoint_every= needs checkpoint=PATH, the file to write.")
+    checkpoint_every = 100 if checkpoint_every is None else checkpoint_every
     _check_run_options(seed, num_steps, tol, checkpoint_every, callback)
     source = kept = None
     if (validate_every is not None or patience is not None) and validation_data is None:

@@ -115,6 +115,18 @@ def test_a_bad_checkpoint_path_is_refused_before_the_first_step(case, data, tmp_
     assert _snapshot(tmp_path) == before
 
 
+def test_checkpoint_every_without_a_checkpoint_is_refused(data):
+    with pytest.raises(ValueError, match="checkpoint_every= needs checkpoint="):
+        _fit_never_steps(data, checkpoint_every=5)
+
+
+@pytest.mark.parametrize("every", [0, -1, 1.5, "10", True])
+def test_a_bad_checkpoint_interval_is_refused(every, data, tmp_path):
+    with pytest.raises(ValueError, match="checkpoint_every must be an int"):
+        _fit_never_steps(data, checkpoint=tmp_path / "fit.ckpt", checkpoint_every=every)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_directory_that_cannot_be_written_is_refused_up_front(data, tmp_path, monkeypatch):
     # Simulated: permission bits do not stop the superuser, whom tests may run as.
     def refuse(directory):

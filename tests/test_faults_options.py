@@ -174,7 +174,7 @@ BAD_OPTIONS = [
     ("bayesian_gmm", "cavi", {"tol": -1.0}, "tol must be a float"),
     ("bayesian_gmm", "cavi", {"device": "tpu"}, "(?i)device 'tpu'"),
     ("bayesian_gmm", "cavi", {"init": "bogus"}, "init"),
-    ("bayesian_gmm", "cavi", {"checkpoint_every": 0}, "checkpoint_every must be an int"),
+    ("bayesian_gmm", "cavi", {"checkpoint_every": 5}, "checkpoint_every= needs checkpoint="),
     ("bayesian_gmm", "cavi", {"num_data": 10}, "num_data= is for streams"),
     ("bayesian_gmm", "cavi", {"patience": 3}, "need validation_data"),
     ("bayesian_gmm", "em", {}, "does not support algorithm 'em'"),

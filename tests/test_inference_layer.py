@@ -404,7 +404,7 @@ def test_one_component_on_numpyro_enumeration_is_a_clear_error(gmm_data):
         ("gmm", "svi", {"num_particles": 1.7}, "num_particles must be an int"),
         ("gmm", ["em"], {}, r"algorithm must be a name \(str\)"),
         (["gmm"], "em", {}, r"model must be a name \(str\) or a ModelSpec"),
-        ("gmm", "em", {"checkpoint_every": "x"}, "checkpoint_every must be an int"),
+        ("gmm", "em", {"checkpoint_every": "x", "checkpoint": "fit.ckpt"}, "checkpoint_every must"),
         ("bayesian_gmm", "svi", {"guide": "gumbel", "temperature": (1.0,)}, "must be a pair"),
         ("bayesian_gmm", "svi", {"guide": "enum", "temperature": (2.0, 0.1)}, "does not use it"),
         ("bayesian_gmm", "svi", {"guide": "enum", "elbo": "iwae"}, "sums the discrete latents"),

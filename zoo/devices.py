@@ -6,6 +6,8 @@ is a clear error that lists the ones that are. Each backend is imported only whe
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 DTYPES = ("float32", "float64")
@@ -85,9 +87,13 @@ def asarray(backend: str, value, device, dtype: str):
     if backend == "pyro":
         import torch
 
-        return torch.as_tensor(
-            for_torch(value), dtype=getattr(torch, check_dtype(dtype)), device=device
-        )
+        with warnings.catch_warnings():
+            # Read-only arrays (memory-mapped data, pandas' copy-on-write columns) are shared,
+            # not copied: the zoo never writes into a data tensor in place.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.as_tensor(
+                for_torch(value), dtype=getattr(torch, check_dtype(dtype)), device=device
+            )
     import jax
     import jax.numpy as jnp
 
