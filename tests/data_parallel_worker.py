@@ -47,7 +47,7 @@ def main():
         progress=False,
         data_parallel=True,
         checkpoint=args.checkpoint,
-        checkpoint_every=5,
+        checkpoint_every=5 if args.checkpoint else None,
         resume=args.resume,
         callback=die if args.die_at else None,
     )

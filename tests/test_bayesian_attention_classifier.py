@@ -385,7 +385,7 @@ def test_a_resumed_fit_may_be_extended(tmp_path, data):
     fit.update(SMALL, checkpoint=tmp_path / "bam.zoo", checkpoint_every=2)
     inference.fit("bam_classifier", data, "svi", "numpyro", num_steps=2, **fit)
     more = inference.fit("bam_classifier", data, "svi", "numpyro", num_steps=5, resume=True, **fit)
-    fit.pop("checkpoint")
+    fit.pop("checkpoint"), fit.pop("checkpoint_every")
     whole = inference.fit("bam_classifier", data, "svi", "numpyro", num_steps=5, **fit)
     np.testing.assert_array_equal(more.history["objective"], whole.history["objective"])
 
