@@ -15,24 +15,26 @@ import zoo
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "data_parallel_worker.py"
 
-# XLA_FLAGS must be set before jax is imported: this runs in a fresh process.
+# XLA_FLAGS must be set before jax is imported: this runs in a fresh process. 25,000 rows are
+# enough for jaxlib to split the triangular solve of the likelihood (3 components, 2-D) over
+# XLA's thread pool, which deadlocked two host devices on a 2-CPU machine before the zoo sized it.
 NUMPYRO_SCRIPT = """
 import json, sys
 import jax, numpy as np
 import inference, zoo
 assert len(jax.devices()) == 2, jax.devices()
-x = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 200)["x"]
+x = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 25000)["x"]
 kw = dict(guide="enum", K=3, num_steps=15, seed=0, progress=False)
 one = inference.fit("bayesian_gmm", {"x": x}, "svi", "numpyro", **kw)
 placed = []  # the devices each step's data are split over, and the rows each holds
 def where(step, state, info):
     sharding = state.engine.data["x"].sharding
-    placed.append([len(sharding.device_set), sharding.shard_shape((200, 2))[0]])
+    placed.append([len(sharding.device_set), sharding.shard_shape((25000, 2))[0]])
 two = inference.fit("bayesian_gmm", {"x": x}, "svi", "numpyro", data_parallel=True,
                     callback=where, **kw)
-assert placed[0] == [2, 100], placed
+assert placed[0] == [2, 12500], placed
 try:
-    inference.fit("bayesian_gmm", {"x": x[:199]}, "svi", "numpyro", data_parallel=True, **kw)
+    inference.fit("bayesian_gmm", {"x": x[:24999]}, "svi", "numpyro", data_parallel=True, **kw)
 except ValueError as err:
     uneven = str(err)
 out = {"uneven": uneven}
@@ -43,24 +45,124 @@ print("RESULT" + json.dumps(out))
 """
 
 
-def test_numpyro_sharded_over_two_devices_matches_one():
+def two_host_devices(script, timeout, **env):
+    """``script`` run in a fresh process with 2 host CPU devices, XLA's thread pool left to JAX
+    and the zoo unless ``env`` sets it; its ``RESULT`` line, parsed."""
     import json
 
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    base = {k: v for k, v in os.environ.items() if k not in ("PJRT_NPROC", "NPROC")}
+    base["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     run = subprocess.run(
-        [sys.executable, "-c", NUMPYRO_SCRIPT],
-        env=env,
+        [sys.executable, "-c", script],
+        env={**base, **env},
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.split("RESULT")[-1])
+    return json.loads(run.stdout.split("RESULT")[-1])
+
+
+def test_numpyro_sharded_over_two_devices_matches_one():
+    out = two_host_devices(NUMPYRO_SCRIPT, timeout=300)
     one, two = out["one"], out["two"]
     for key in one:
         np.testing.assert_allclose(two[key], one[key], rtol=1e-7, atol=1e-9, err_msg=key)
     assert "do not split evenly" in out["uneven"] and "multiple of 2" in out["uneven"]
+
+
+# Triangular solves of a batch that jaxlib splits over XLA's CPU pool, sharded over the 2 devices:
+# each device's program runs several at once, each holding a pool thread while it waits.
+SHARDED_SOLVES = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+jax.config.update("jax_enable_x64", True)
+rows = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
+tril = jax.device_put(jnp.tile(2.0 * jnp.eye(4), (8, 1, 1)), rows)
+rhs = jax.device_put(jnp.ones((8, 4, 20000)), rows)
+solve = jax.scipy.linalg.solve_triangular
+solves = jax.jit(lambda a, b: sum(solve(a * (k + 1), b + k, lower=True).sum() for k in range(12)))
+"""
+
+POOL_SCRIPT = (
+    """
+import json, os
+if hasattr(os, "sched_setaffinity"):  # as on a 2-CPU machine, where JAX's pool has 2 threads
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+import zoo  # before JAX starts
+"""
+    + SHARDED_SOLVES
+    + """
+total = float(solves(tril, rhs))
+print("RESULT" + json.dumps({"total": total, "threads": os.environ.get("PJRT_NPROC")}))
+"""
+)
+
+
+def test_host_devices_get_a_thread_pool_that_cannot_deadlock():
+    # Before the zoo sized XLA's pool (2 threads on 2 CPUs), every thread waited in a solve
+    # and this never returned.
+    out = two_host_devices(POOL_SCRIPT, timeout=60)
+    assert out["threads"] == "9"  # 4 per device and one more
+    assert out["total"] == sum(8 * 4 * 20000 * (1 + k) / (2 * (k + 1)) for k in range(12))
+
+
+STALL_SCRIPT = (
+    """
+import json, time
+from inference.backends import numpyro_backend
+try:  # as SVIEngine(data_parallel=True) does before anything runs
+    numpyro_backend.data_parallel_shardings(200)
+except RuntimeError as err:
+    upfront = str(err)
+"""
+    + SHARDED_SOLVES
+    + """
+start = time.monotonic()
+try:
+    numpyro_backend.wait_for_step(solves(tril, rhs), stall_seconds=2.0)
+except numpyro_backend.DeviceStallError as err:
+    stall = {"message": str(err), "after": time.monotonic() - start}
+print("RESULT" + json.dumps({"upfront": upfront, "stall": stall}), flush=True)
+"""
+)
+
+
+def test_numpyro_host_devices_deadlock_is_an_error_not_a_hang():
+    # A pool of one thread per device, as JAX makes it when it starts before the zoo is imported
+    # on a machine with as many CPUs as devices (here set by hand): data-parallel SVI refuses to
+    # start, and a step that deadlocks anyway is an error once the process stays idle.
+    out = two_host_devices(STALL_SCRIPT, timeout=60, PJRT_NPROC="2")
+    assert "would deadlock" in out["upfront"] and "PJRT_NPROC=9" in out["upfront"]
+    assert "deadlocked" in out["stall"]["message"]
+    assert "PJRT_NPROC=9" in out["stall"]["message"]
+    assert 2.0 <= out["stall"]["after"] < 30.0
+    # ... and the process still exits (the subprocess returned 0).
+
+
+def test_host_thread_pool_is_sized_before_jax_starts(monkeypatch):
+    from zoo import devices
+
+    monkeypatch.setattr(devices, "_jax_started", lambda: False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # 2 CPUs
+    for name in ("PJRT_NPROC", "NPROC"):
+        monkeypatch.delenv(name, raising=False)
+    flags = "--xla_force_host_platform_device_count=1 --xla_force_host_platform_device_count=2"
+    monkeypatch.setenv("XLA_FLAGS", flags)  # the last one counts, as for XLA
+    assert devices.host_device_count() == 2 and devices.host_thread_pool_size(2) == 2
+    devices.reserve_host_threads()
+    assert os.environ["PJRT_NPROC"] == "9" and devices.host_thread_pool_size(2) == 9
+    monkeypatch.setenv("PJRT_NPROC", "3")  # the user's own size stays
+    devices.reserve_host_threads()
+    assert os.environ["PJRT_NPROC"] == "3" and devices.host_thread_pool_size(2) == 3
+    monkeypatch.delenv("PJRT_NPROC")
+    monkeypatch.setenv("NPROC", "1")  # XLA's other variable; never fewer threads than devices
+    assert devices.host_thread_pool_size(2) == 2
+    monkeypatch.delenv("NPROC")
+    monkeypatch.setenv("XLA_FLAGS", "")  # one device: nothing to do
+    devices.reserve_host_threads()
+    assert "PJRT_NPROC" not in os.environ
 
 
 def torchrun(*args, timeout=300):

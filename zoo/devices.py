@@ -2,15 +2,102 @@
 
 ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (NumPyro also takes ``"gpu"``); a device that is not there
 is a clear error that lists the ones that are. Each backend is imported only when asked for.
+
+Several host CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=N`` or
+``jax_num_cpu_devices``, for data-parallel runs without accelerators) share one pool of XLA
+threads, which has to be larger than XLA makes it on its own: ``reserve_host_threads``.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 import warnings
 
 import numpy as np
 
 DTYPES = ("float32", "float64")
+
+# XLA's CPU client runs the programs of all its host devices on one pool of threads, sized when
+# JAX starts: PJRT_NPROC (or NPROC) if set, else the CPUs this process may run on, and never fewer
+# threads than devices (a collective holds one thread per device until all have arrived). A
+# thread also stays blocked while a batched linear-algebra kernel of jaxlib (triangular solve,
+# Cholesky, eigh... in jaxlib 0.10.2) waits for the parts of its batch that it has handed to that
+# same pool. With as many threads as devices, every device can hold one that waits and none is
+# left to do the work: the step deadlocks (data-parallel SVI of the Bayesian GMM, K=3 on 4-D
+# data, on 2 host devices of a 2-CPU machine: from 6,250 rows, where jaxlib starts splitting the
+# likelihood's triangular solve in two). XLA runs at most 4 threads of one program at a time
+# (best effort), so 4 per device and one more cannot all be waiting.
+THREADS_PER_HOST_DEVICE = 4
+
+
+def host_device_count() -> int:
+    """The host CPU devices JAX makes in this process: ``jax_num_cpu_devices`` if set, else
+    ``--xla_force_host_platform_device_count`` of ``XLA_FLAGS``, else 1."""
+    if "jax" in sys.modules:
+        import jax
+
+        count = jax.config.jax_num_cpu_devices
+    else:
+        count = _integer(os.environ.get("JAX_NUM_CPU_DEVICES"))
+    if count is not None and count > 0:
+        return count
+    flags = re.findall(
+        r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", "")
+    )
+    return int(flags[-1]) if flags else 1
+
+
+def host_thread_pool_size(num_devices: int) -> int:
+    """The threads of XLA's CPU pool for ``num_devices`` host devices in this environment, as
+    XLA counts them when JAX starts."""
+    for name in ("PJRT_NPROC", "NPROC"):
+        value = _integer(os.environ.get(name))
+        if value is not None:
+            return max(value, num_devices, 1)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(cpus or 1, num_devices)
+
+
+def host_threads_needed(num_devices: int) -> int:
+    """Threads of XLA's CPU pool that ``num_devices`` host devices cannot all hold waiting."""
+    return THREADS_PER_HOST_DEVICE * num_devices + 1
+
+
+def reserve_host_threads() -> None:
+    """Before JAX starts, size XLA's CPU pool for the host devices asked for (``PJRT_NPROC``),
+    when there are several and the pool XLA would make could deadlock (see
+    ``THREADS_PER_HOST_DEVICE``). A pool size the user set (``PJRT_NPROC``, ``NPROC``) is kept;
+    once JAX has started, its pool can no longer change and nothing is done."""
+    if any(_integer(os.environ.get(name)) is not None for name in ("PJRT_NPROC", "NPROC")):
+        return
+    if _jax_started():
+        return
+    count = host_device_count()
+    needed = host_threads_needed(count)
+    if count > 1 and host_thread_pool_size(count) < needed:
+        os.environ["PJRT_NPROC"] = str(needed)
+
+
+def _jax_started() -> bool:
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # cannot tell: leave the pool to the user
+        return True
+    return backends_are_initialized()
+
+
+def _integer(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+reserve_host_threads()  # importing the zoo before JAX starts is enough
 
 
 def check_dtype(dtype: str) -> str:
@@ -24,6 +111,7 @@ def available(backend: str) -> list[str]:
         import torch
 
         return ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    reserve_host_threads()
     import jax
 
     return [f"{d.platform}:{d.id}" for d in jax.devices()] + ["cpu"]
@@ -54,6 +142,7 @@ def _torch_device(device):
 
 
 def _jax_device(device):
+    reserve_host_threads()
     import jax
 
     name, colon, index = str(device).partition(":")

@@ -7,6 +7,7 @@ and config to the dtype it asks for (float64 for closed-form updates, float64 by
 from __future__ import annotations
 
 import functools
+import time
 
 import jax
 import numpy as np
@@ -85,18 +86,97 @@ def flatten_params(params: dict) -> dict[str, np.ndarray]:
 
 def data_parallel_shardings(num_rows: int):
     """(data sharding, replicated sharding) over every device of ``jax.devices()``: rows split
-    along a one-axis mesh ``"data"``, everything else copied to each device."""
+    along a one-axis mesh ``"data"``, everything else copied to each device.
+
+    Several host CPU devices need a thread pool larger than the device count
+    (``zoo.devices.THREADS_PER_HOST_DEVICE``); a process whose JAX started with one that small
+    is an error here, before anything runs, rather than a step that never ends."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    devices = jax.devices()
-    if num_rows % len(devices):
+    mesh_devices = jax.devices()
+    count = len(mesh_devices)
+    if num_rows % count:
         raise ValueError(
-            f"data_parallel=True splits the rows of each step over the {len(devices)} devices of "
+            f"data_parallel=True splits the rows of each step over the {count} devices of "
             f"jax.devices(); {num_rows} rows do not split evenly. Use a batch_size (or data size) "
-            f"that is a multiple of {len(devices)}."
+            f"that is a multiple of {count}."
         )
-    mesh = Mesh(np.array(devices), ("data",))
+    if _host_devices(mesh_devices) and devices.host_thread_pool_size(count) <= count:
+        raise RuntimeError(
+            f"data_parallel=True over {count} host CPU devices would deadlock: JAX started with "
+            f"{devices.host_thread_pool_size(count)} threads in XLA's CPU pool, one per device, "
+            f"and a step holds them all waiting (collectives, and jaxlib "
+            f"{jax.lib.__version__}'s batched linear algebra, which waits for work it hands to "
+            f"the same pool). Set PJRT_NPROC={devices.host_threads_needed(count)} in the environment "
+            f"before JAX starts (or import inference or zoo before the first use of JAX, which "
+            f"sets it when unset), or use fewer devices."
+        )
+    mesh = Mesh(np.array(mesh_devices), ("data",))
     return NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec())
+
+
+def _host_devices(mesh_devices) -> bool:
+    return len(mesh_devices) > 1 and all(d.platform == "cpu" for d in mesh_devices)
+
+
+class DeviceStallError(RuntimeError):
+    """A data-parallel step over host CPU devices stopped making progress: XLA's CPU threads
+    are deadlocked."""
+
+
+# A data-parallel step over host devices whose process has used less than 1% of a CPU for this
+# many seconds while waiting for it has stalled (a running step keeps at least one thread busy).
+# Shorter than the 40 s after which XLA aborts the process when a collective still waits.
+STALL_SECONDS = 20.0
+_wedged_clients: list = []
+
+
+def wait_for_step(value, stall_seconds: float | None = None):
+    """``value`` (a JAX array) once computed; a ``DeviceStallError`` instead if the process uses
+    almost no CPU time for ``stall_seconds`` (default ``STALL_SECONDS``) while waiting for it.
+
+    Polls ``value.is_ready()`` at intervals of a twentieth of the time waited so far (0.1 ms to
+    0.1 s), so a step ends at most 5% later than it would. (A thread blocked on the value would
+    abort the process at exit when the step never ends.)"""
+    if value.is_ready():
+        return value
+    window = STALL_SECONDS if stall_seconds is None else stall_seconds
+    start = since = last = time.monotonic()
+    cpu_since = time.process_time()
+    while not value.is_ready():
+        time.sleep(min(max((last - start) / 20, 1e-4), 0.1))
+        now = time.monotonic()
+        if now - last > 10.0:  # the process was stopped, not waiting: start over
+            since, cpu_since = now, time.process_time()
+        last = now
+        if now - since < window:
+            continue
+        if time.process_time() - cpu_since >= 0.01 * window:
+            since, cpu_since = now, time.process_time()  # busy: the step is running
+            continue
+        _keep_client(value)
+        count = len(value.devices())
+        raise DeviceStallError(
+            f"A data-parallel step over {count} host CPU devices made no progress for "
+            f"{window:.0f} s (the process used almost no CPU time): XLA's CPU threads are "
+            f"deadlocked, each waiting for another (XLA's pool has "
+            f"{devices.host_thread_pool_size(count)} threads; jaxlib {jax.lib.__version__}). Run it "
+            f"again with PJRT_NPROC={devices.host_threads_needed(count)} or more set before "
+            f"JAX starts, or with fewer devices. The JAX CPU devices of this process cannot run "
+            f"anything more; the last completed step is checkpointed when checkpoint= is given."
+        )
+    return value
+
+
+def _keep_client(value) -> None:
+    """Never destroy the client of a deadlocked computation: its destructor would wait for the
+    blocked threads, and the process could not exit."""
+    import ctypes
+
+    for client in {id(d.client): d.client for d in value.devices()}.values():
+        if not any(client is c for c in _wedged_clients):
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
+            _wedged_clients.append(client)
 
 
 def _place_config(config, sharding):
@@ -124,7 +204,8 @@ class SVIEngine:
     (``jax.sharding``: a one-axis mesh, data sharded on it, state and config replicated); the
     compiled update then computes each device's part of the ELBO and its gradient where its rows
     are, and XLA sums them across devices. Same loss and parameters as one device, to float
-    rounding.
+    rounding. On host CPU devices each step is awaited through ``wait_for_step``, so a deadlock
+    of XLA's CPU threads is a ``DeviceStallError`` rather than a step that never returns.
     """
 
     def __init__(
@@ -149,10 +230,12 @@ class SVIEngine:
 
             model = config_enumerate(model)
         self.shardings = None
+        self._watch = False  # wait for each step through wait_for_step
         if data_parallel:
             rows = batch_rows or len(next(iter(data.values())))
             data_sharding, replicated = data_parallel_shardings(rows)
             self.shardings = data_sharding, replicated
+            self._watch = _host_devices(jax.devices())
             config = _place_config(config, replicated)
             if batch_rows is None:
                 data = jax.device_put(data, data_sharding)
@@ -196,7 +279,7 @@ class SVIEngine:
             placement = self.device if self.shardings is None else self.shardings[1]
             rows = jax.device_put(rows, placement)
         new, loss = self._update(state, data, rows, temperature)
-        loss = float(loss)
+        loss = float(wait_for_step(loss) if self._watch else loss)
         return (new if np.isfinite(loss) else state), -loss
 
     def params(self, state) -> dict[str, np.ndarray]:
@@ -214,7 +297,7 @@ class SVIEngine:
             self.config,
             temperature=temperature,
         )
-        return -float(value)
+        return -float(wait_for_step(value) if self._watch else value)
 
     def state_dict(self, state) -> tuple[dict, dict]:
         leaves = jax.tree_util.tree_leaves(state)
