@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -16,7 +17,7 @@ import numpy as np
 from inference import streaming
 from inference.algorithm import Problem
 from inference.backends import get_backend
-from inference.checkpoint_guard import check_path
+from inference.checkpoint_guard import check_path, exclusive
 from inference.loop import nonfinite_advice, run
 from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms
 from inference.result import FitResult
@@ -380,23 +381,26 @@ def fit(
             "patience": None if patience is None else int(patience),
         }
 
-    state, history, converged = run(
-        alg,
-        state,
-        num_steps=int(num_steps),
-        tol=tol,
-        num_data=problem.num_data,
-        progress=progress and lead,
-        checkpoint_path=checkpoint,
-        checkpoint_every=int(checkpoint_every),
-        resume=resume,
-        header=header,
-        callback=callback,
-        make_result=make_result,
-        validation=validation,
-        write_checkpoints=lead,
-        advice=nonfinite_advice(alg, spec),
-    )
+    # The process that writes the checkpoint holds a lock on it from resume to the last write.
+    guard = exclusive(checkpoint) if checkpoint is not None and lead else contextlib.nullcontext()
+    with guard:
+        state, history, converged = run(
+            alg,
+            state,
+            num_steps=int(num_steps),
+            tol=tol,
+            num_data=problem.num_data,
+            progress=progress and lead,
+            checkpoint_path=checkpoint,
+            checkpoint_every=int(checkpoint_every),
+            resume=resume,
+            header=header,
+            callback=callback,
+            make_result=make_result,
+            validation=validation,
+            write_checkpoints=lead,
+            advice=nonfinite_advice(alg, spec),
+        )
     return make_result(state, history, converged)
 
 

@@ -13,7 +13,7 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference import checkpoint, checkpoint_guard
+from inference import checkpoint
 from inference.backends import tree_codec
 from inference.streaming import DataError
 
@@ -88,17 +88,18 @@ def _nonfinite_error(alg, state, earlier, step, history, make_result, advice, wh
     ``earlier`` (step ``step - 1``; a backend that updates parameters in place has none to give
     back), else those of ``state`` as they are."""
     bad = nonfinite_parameters(alg, state)
-    candidates = [(state, step, history)]
-    if bad and earlier is not None:
-        candidates = [(earlier, step - 1, _without_last_step(history))]
+    if not bad:
+        candidate, at, past = state, step, history
+    elif earlier is not None and not nonfinite_parameters(alg, earlier):
+        candidate, at, past = earlier, step - 1, _without_last_step(history)
+    else:
+        candidate = None
     result = kept = None
-    for candidate, at, past in candidates:
-        if make_result is None or nonfinite_parameters(alg, candidate):
-            continue
+    if candidate is not None and make_result is not None:
         try:
             result, kept = make_result(candidate, past, False), at
         except NUMERICAL_ERRORS:
-            continue
+            pass
     if result is None and make_result is not None:
         try:  # no finite parameters: those of the last step, as they are
             with np.errstate(all="ignore"):  # summarising infinities: no warnings besides
@@ -245,51 +246,10 @@ def run(
     ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt, a bad
     minibatch (``inference.streaming.DataError``) or a failed step (``OSError``,
     ``RuntimeError``: e.g. a lost ``torch.distributed`` peer) the last completed step is
-    checkpointed (when a path is given) before the exception propagates. The process that
-    writes the checkpoint holds a lock on it for the whole run
-    (``inference.checkpoint_guard.exclusive``). With
+    checkpointed (when a path is given) before the exception propagates. With
     ``write_checkpoints=False`` (the other processes of a data-parallel group) the checkpoint is
     read on resume but never written.
     """
-    writer = checkpoint_path is not None and write_checkpoints
-    with checkpoint_guard.exclusive(checkpoint_path) if writer else contextlib.nullcontext():
-        return _run(
-            alg,
-            state,
-            num_steps=num_steps,
-            tol=tol,
-            num_data=num_data,
-            progress=progress,
-            checkpoint_path=checkpoint_path,
-            checkpoint_every=checkpoint_every,
-            resume=resume,
-            header=header,
-            callback=callback,
-            make_result=make_result,
-            validation=validation,
-            write_checkpoints=write_checkpoints,
-            advice=advice,
-        )
-
-
-def _run(
-    alg,
-    state,
-    *,
-    num_steps,
-    tol,
-    num_data,
-    progress,
-    checkpoint_path,
-    checkpoint_every,
-    resume,
-    header,
-    callback,
-    make_result,
-    validation,
-    write_checkpoints,
-    advice,
-):
     header = {**(header or {}), "tol": tol}  # read back on resume, never compared
     stochastic = alg.traits.stochastic
     history = {"step": [], "objective": [], "time": []}
