@@ -10,7 +10,7 @@ import socket
 import time
 
 from inference.checkpoint import CheckpointError, read_header
-from zoo.files import probe_writable, remove_stale_temporaries
+from zoo.files import remove_stale_temporaries, unwritable_reason
 
 try:  # POSIX
     import fcntl
@@ -41,15 +41,9 @@ def check_path(path, *, resume: bool) -> str:
             f"checkpoint={path!r} is a directory; name a file in it, e.g. "
             f"{os.path.join(path, 'fit.ckpt')!r}."
         )
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ValueError(f"checkpoint={path!r}: the directory {directory!r} does not exist.")
-    try:
-        probe_writable(directory)
-    except OSError as err:
-        raise ValueError(
-            f"checkpoint={path!r}: cannot write in {directory!r} ({err.strerror or err})."
-        ) from err
+    reason = unwritable_reason(path)
+    if reason:
+        raise ValueError(f"checkpoint={path!r}: {reason}.")
     if os.path.exists(path) and not resume:
         try:
             kind = read_header(path).get("kind")

@@ -9,7 +9,7 @@ import zipfile
 
 import numpy as np
 
-from zoo.files import probe_writable
+from zoo.files import unwritable_reason
 
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -107,22 +107,12 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     return data
 
 
-def check_folder(flag: str, path: str) -> None:
-    """The folder a new file ``path`` goes in exists and can be written; none is created."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(folder):
-        raise ValueError(
-            f"argument {flag}: the folder {folder!r} does not exist; create it first "
-            f"(got {path!r})."
-        )
-    if not os.path.isdir(folder):
-        raise ValueError(f"argument {flag}: {folder!r} is not a folder (got {path!r}).")
-    try:
-        probe_writable(folder)
-    except OSError as err:
-        raise ValueError(
-            f"argument {flag}: cannot write to the folder {folder!r} ({err.strerror or err})."
-        ) from None
+def check_new_file(flag: str, path: str) -> None:
+    """A file can be written at ``path`` (its folder exists and can be written, and nothing but
+    a regular file is there); no folder is created."""
+    reason = unwritable_reason(path)
+    if reason:
+        raise ValueError(f"argument {flag}: {path!r}: {reason}.")
 
 
 def save_path(path: str) -> str:
@@ -135,9 +125,7 @@ def save_path(path: str) -> str:
             f"argument --save: {path!r} is a directory; give a file path such as "
             f"{os.path.join(path, 'fit.zoo')!r}."
         )
-    if os.path.lexists(path) and not os.path.isfile(path):
-        raise ValueError(f"argument --save: {path!r} exists and is not a regular file.")
-    check_folder("--save", path)
+    check_new_file("--save", path)
     return path
 
 
@@ -159,7 +147,5 @@ def plot_path(path: str, model: str) -> tuple[str, str]:
             f"argument --plot: cannot write a '.{extension}' plot; give a file ending in one of "
             f"{', '.join('.' + f for f in sorted(formats))} (got {path!r})."
         )
-    if os.path.lexists(path) and not os.path.isfile(path):
-        raise ValueError(f"argument --plot: {path!r} exists and is not a regular file.")
-    check_folder("--plot", path)
+    check_new_file("--plot", path)
     return path, extension or "png"

@@ -132,7 +132,7 @@ def test_a_directory_that_cannot_be_written_is_refused_up_front(data, tmp_path, 
     def refuse(directory):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(checkpoint_guard, "probe_writable", refuse)
+    monkeypatch.setattr(files, "probe_writable", refuse)
     with pytest.raises(ValueError, match="cannot write in .*Permission denied"):
         _fit_never_steps(data, checkpoint=tmp_path / "fit.ckpt")
 

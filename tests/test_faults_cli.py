@@ -15,9 +15,10 @@ import pytest
 
 import inference
 import zoo
-from inference import cli, cli_paths
+from inference import cli
 from inference.cli import main
 from inference.registry import first_supporting, list_algorithms
+from zoo import files as zoo_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +67,7 @@ def _snapshot(root: Path) -> dict:
 def _deny_writes_to(monkeypatch, folder: Path) -> None:
     """Writes in ``folder`` fail as on a read-only file system (a folder's mode would not stop
     the superuser, whom tests may run as)."""
-    real = cli_paths.probe_writable
+    real = zoo_files.probe_writable
     denied = os.path.realpath(folder)
 
     def probe(path):
@@ -74,7 +75,7 @@ def _deny_writes_to(monkeypatch, folder: Path) -> None:
             raise PermissionError(13, "Permission denied")
         return real(path)
 
-    monkeypatch.setattr(cli_paths, "probe_writable", probe)
+    monkeypatch.setattr(zoo_files, "probe_writable", probe)
 
 
 FIT = ["fit", "gmm"]

@@ -57,6 +57,27 @@ def probe_writable(directory) -> None:
     os.remove(tmp)
 
 
+def unwritable_reason(path) -> str | None:
+    """Why :func:`atomic_write` could not write ``path``, as a phrase, or None if it could:
+    a directory or another file that is not a regular one there, a folder that does not exist,
+    or one that cannot be written (probed, not read from the permission bits). For checking an
+    output path before the work whose result goes there."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return "is a directory"
+    if os.path.lexists(path) and not os.path.isfile(path):
+        return "exists and is not a regular file"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        there = " (a file of that name is there)" if os.path.lexists(folder) else ""
+        return f"the folder {folder!r} does not exist{there}"
+    try:
+        probe_writable(folder)
+    except OSError as err:
+        return f"cannot write in the folder {folder!r} ({err.strerror or err})"
+    return None
+
+
 def atomic_write(path, write, *, durable: bool = False, make_parents: bool = True) -> None:
     """Write a file by ``write(binary_file)`` next to ``path`` and rename it over ``path``.
 
