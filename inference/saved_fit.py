@@ -6,14 +6,13 @@ far from the cause."""
 from __future__ import annotations
 
 import dataclasses
-import numbers
-import types
 import typing
 
 import numpy as np
 
 from inference.algorithm import Algorithm
 from inference.checkpoint import CheckpointError
+from zoo.options import check_types
 
 #: The header fields of a saved fit and the JSON types they hold.
 FIELDS = {
@@ -76,25 +75,22 @@ def check_manifest(path, recorded: dict | None, arrays: dict) -> None:
             )
 
 
-def _conforms(value, hint) -> bool:
-    """Whether a config value read from a file has the type its field declares."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return any(_conforms(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if hint is np.ndarray:
-        return isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
-    origin = typing.get_origin(hint)
-    if origin in (tuple, list):
-        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
-        return isinstance(value, list | tuple) and all(_conforms(v, args[0]) for v in value if args)
-    return isinstance(value, hint) if isinstance(hint, type) else True
+def _check_config_value(path, spec, name, value, hint) -> None:
+    """A config value read from a file has the type its field declares: the options' own check
+    for scalars and lists, and a numeric array where the field declares an array."""
+    try:
+        check_types(spec.config_type, {name: value})
+    except TypeError as err:
+        raise CheckpointError(
+            f"{path!r}: config {name!r} does not fit model {spec.name!r}: {err}"
+        ) from err
+    declares_array = hint is np.ndarray or np.ndarray in typing.get_args(hint)
+    if (isinstance(value, np.ndarray) and value.dtype.kind not in "biuf") or (
+        declares_array and value is not None and not isinstance(value, np.ndarray)
+    ):
+        raise CheckpointError(
+            f"{path!r}: config {name!r} is {value!r}; model {spec.name!r} declares a numeric array."
+        )
 
 
 def config(path, spec, scalars: dict, arrays: dict):
@@ -114,11 +110,7 @@ def config(path, spec, scalars: dict, arrays: dict):
             ):
                 raise CheckpointError(f"{path!r} lacks model {spec.name!r}'s config {name!r}.")
             continue
-        if not _conforms(values[name], hints[name]):
-            raise CheckpointError(
-                f"{path!r}: config {name!r} is {values[name]!r}; model {spec.name!r} declares it "
-                f"{getattr(hints[name], '__name__', hints[name])}."
-            )
+        _check_config_value(path, spec, name, values[name], hints[name])
         if typing.get_origin(hints[name]) is tuple:
             values[name] = tuple(values[name])  # JSON keeps it as a list
     return spec.config_type(**values)
