@@ -136,6 +136,7 @@ def _checked_read(path, names=None) -> tuple[dict, dict[str, np.ndarray]]:
         EOFError,
         RecursionError,
         NotImplementedError,  # a zip member compressed by a method zipfile lacks
+        RuntimeError,  # a member flagged as encrypted
         OverflowError,
     ) as err:
         raise CheckpointError(
