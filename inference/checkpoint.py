@@ -101,13 +101,13 @@ def _read(path: str, names=None) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _header(path: str, arrays: dict) -> dict:
+def _header(arrays: dict) -> dict:
     if _HEADER not in arrays:
-        raise CheckpointError(f"{path!r} is a zip archive without a zoo header.")
+        raise CheckpointError("it is a zip archive without a zoo header.")
     header = json.loads(arrays.pop(_HEADER).tobytes().decode())
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         found = header.get("format") if isinstance(header, dict) else header
-        raise CheckpointError(f"{path!r} has format {found!r}; expected {FORMAT!r}.")
+        raise CheckpointError(f"it has format {found!r}; expected {FORMAT!r}.")
     return header
 
 
@@ -119,10 +119,8 @@ def _checked_read(path, names=None) -> tuple[dict, dict[str, np.ndarray]]:
         raise CheckpointError(f"{path!r} is a directory, not a checkpoint or saved fit.")
     try:
         arrays = _read(path, names)
-        return _header(path, arrays), arrays
-    except CheckpointError as err:
-        if str(err).startswith(repr(path)):
-            raise
+        return _header(arrays), arrays
+    except CheckpointError as err:  # said of a member or the header, without the path
         raise CheckpointError(f"{path!r} is not a readable zoo file: {err}") from err
     except zipfile.BadZipFile as err:
         raise CheckpointError(
