@@ -326,6 +326,12 @@ def _zip_bomb(blob):
     return out.getvalue()
 
 
+def _encrypted(blob):
+    """The first central directory entry's "encrypted" flag bit set (one flipped bit)."""
+    at = blob.index(b"PK\x01\x02") + 8
+    return blob[:at] + bytes([blob[at] | 1]) + blob[at + 1 :]
+
+
 def _npy_version_3(blob):
     header = b"{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }"
     header += b" " * (117 - len(header) - 2) + b"\n"
@@ -361,6 +367,10 @@ DAMAGED = {
     "an object array": (
         lambda b: _zip({**_members(b), "raw/x.npy": _npy(np.array([None], dtype=object))}),
         "raw/x.npy",
+    ),
+    "a member flagged as encrypted": (
+        lambda b: _encrypted(b),
+        "encrypted",
     ),
     "a member that is not .npy": (lambda b: _zip({**_members(b), "notes.txt": b"hi"}), "notes.txt"),
     "a declared terabyte": (_huge_shape, "raw/mean_loc.npy' declares"),
