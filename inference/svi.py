@@ -251,7 +251,7 @@ class SVI(Algorithm):
             spans_steps = getattr(twin, "SCHEDULE_SPANS_STEPS", True)
         else:
             schedule = None
-        batches = shard = None
+        batches = shard = bound_num_data = None
         model = spec.build_model(back.NAME, config, start)
         guide_fn = twin.make_guide(guide, config, start)
         if options.data_parallel and back.NAME == "pyro":
@@ -265,8 +265,9 @@ class SVI(Algorithm):
                 )
             if source is None and batch_size is not None:
                 batches = EpochBatches(problem.num_data, batch_size, problem.seed)
-            model = functools.partial(model, num_data=problem.num_data)
-            guide_fn = functools.partial(guide_fn, num_data=problem.num_data)
+            bound_num_data = problem.num_data
+            model = functools.partial(model, num_data=bound_num_data)
+            guide_fn = functools.partial(guide_fn, num_data=bound_num_data)
         batch_rows = batches.batch_size if batches is not None else None
         if shard is not None:
             rank, world = shard
@@ -296,6 +297,9 @@ class SVI(Algorithm):
             data_parallel=bool(options.data_parallel),
             batch_rows=batch_rows,
             jit=bool(options.jit),
+            # The fits this one's compiled functions serve: same model, guide and data plate.
+            compile_key=(spec.name, spec.backends[back.NAME], guide, bound_num_data),
+            start=start,
         )
         grey = None
         if options.dynamic_binarization:

@@ -3,11 +3,15 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
+# No persistent compilation cache: the tests neither write into the user's cache nor depend on
+# what earlier runs left there (they count compilations). Scripts the tests start inherit it.
+os.environ.setdefault("ZOO_JAX_CACHE", "0")
 
-import zoo
-from zoo import datasets
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import zoo  # noqa: E402
+from zoo import datasets  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch

@@ -2,17 +2,45 @@
 
 JAX's 64-bit switch is process-wide, so it is turned on once here; each fit then casts its data
 and config to the dtype it asks for (float64 for closed-form updates, float64 by default for SVI on the mixtures).
+
+JAX's persistent compilation cache is turned on here too (``enable_persistent_cache``), so that a
+new process fitting the same shapes loads its compiled functions instead of compiling them.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 
 jax.config.update("jax_enable_x64", True)
+
+#: Where compiled functions are kept between processes, unless JAX is told another place.
+PERSISTENT_CACHE = Path("~/.cache/ppl-zoo/jax")
+
+
+def enable_persistent_cache() -> str | None:
+    """Keep XLA's compiled functions on disk, in ``~/.cache/ppl-zoo/jax``, and return the
+    directory in use (None: off).
+
+    A directory already set for JAX (``JAX_COMPILATION_CACHE_DIR``, or
+    ``jax.config.update("jax_compilation_cache_dir", ...)``) is kept, and ``ZOO_JAX_CACHE=0``
+    leaves the cache off. Every compilation is kept, however short: a fit's set-up is many
+    small ones.
+    """
+    if os.environ.get("ZOO_JAX_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return jax.config.jax_compilation_cache_dir
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(PERSISTENT_CACHE.expanduser()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return jax.config.jax_compilation_cache_dir
+
+
+enable_persistent_cache()
 
 import jax.numpy as jnp  # noqa: E402
 import numpyro  # noqa: E402
@@ -191,14 +219,193 @@ def _place_config(config, sharding):
     return dataclasses.replace(config, **changes)
 
 
+def _config_arrays(config) -> dict:
+    """The config's JAX arrays by field name: arguments of the compiled functions, so a fit with
+    other prior values (from other data) reuses the compilation."""
+    import dataclasses
+
+    return {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if isinstance(getattr(config, f.name), jax.Array)
+    }
+
+
+def _with_arrays(config, arrays: dict):
+    import dataclasses
+
+    return dataclasses.replace(config, **arrays)
+
+
+def _avals(tree) -> tuple:
+    """Shapes and dtypes of a pytree's leaves with its structure: what a compilation depends on."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves)
+
+
+def _config_key(config) -> str:
+    """The config with each array replaced by its shape and dtype: its static part (``K``,
+    string options, float priors) and the form of its arrays."""
+    arrays = _config_arrays(config)
+    return repr(_with_arrays(config, {k: _avals(v)[1] for k, v in arrays.items()}))
+
+
+class _ParamStarts(numpyro.primitives.Messenger):
+    """Gives each ``param`` site the starting value of its name in ``values`` (in the site's own
+    dtype), so that the starting values are arguments of a compiled initialisation instead of
+    constants of the model and guide that were traced. A network's site (``net$params``, from
+    ``numpyro.contrib.module``) takes its weights by their names (``net.layer.weight``, as
+    ``flatten_params`` names them). ``baked`` names the sites that kept a value of their own
+    though ``values`` had one for them (another shape): a compilation that holds them is good
+    for those values only."""
+
+    def __init__(self, values: dict):
+        super().__init__()
+        self.values, self.baked = values, set()
+
+    def process_message(self, msg):
+        if msg["type"] != "param" or msg["value"] is not None:  # None: not substituted
+            return
+        name = msg["name"]
+        if name in self.values:
+            self._start_array(msg)
+        elif name.endswith("$params") and any(
+            k.startswith(name.split("$")[0] + ".") for k in self.values
+        ):
+            self._start_network(msg)
+
+    def _start_array(self, msg):
+        (given,) = msg["args"] or (None,)
+        value = self.values[msg["name"]]
+        if given is None or callable(given) or jnp.shape(given) != jnp.shape(value):
+            self.baked.add(msg["name"])
+            return
+        msg["args"] = (jnp.asarray(value, dtype=jnp.result_type(given)),)
+
+    def _start_network(self, msg):
+        prefix = msg["name"].split("$")[0] + "."
+        given = msg["fn"](*msg["args"], **msg["kwargs"])  # the network's weights
+        paths, treedef = jax.tree_util.tree_flatten_with_path(given)
+        names = [prefix + jax.tree_util.keystr(p, simple=True, separator=".") for p, _ in paths]
+        if all(
+            n in self.values and jnp.shape(self.values[n]) == jnp.shape(leaf)
+            for n, (_, leaf) in zip(names, paths, strict=True)
+        ):
+            leaves = [
+                jnp.asarray(self.values[n], dtype=jnp.result_type(leaf))
+                for n, (_, leaf) in zip(names, paths, strict=True)
+            ]
+            given = jax.tree_util.tree_unflatten(treedef, leaves)
+        else:
+            self.baked.add(msg["name"])
+        msg["value"] = given
+
+
+class _CompiledSVI:
+    """One model and guide's SVI with its compiled initialisation and update.
+
+    The update takes the state, the data, the config's arrays, the rows and the temperature as
+    arguments: nothing of a fit but its structure is traced into it, so every fit with the same
+    structure (``SVIEngine``'s ``compile_key``) reuses it. The initialisation takes the seed's
+    key and the starting values too; starting values that are not ``param`` sites of their own
+    name (a network's weights) are traced as constants, and the initialisation is then compiled
+    again for other values.
+    """
+
+    def __init__(self, model, guide, loss, lr, config, init_temperature, shardings):
+        # Stages run as a function of Adam's update count, which lives in the SVI state.
+        step_size = lr.jax_schedule() if isinstance(lr, learning_rate.Stages) else lr
+        self.optim, self.loss = numpyro.optim.Adam(step_size), loss
+        self.svi = SVI(model, guide, self.optim, loss)
+        self.config, self.init_temperature, self.shardings = config, init_temperature, shardings
+        self.starts_are_arguments = True  # until a trace finds a start it did not replace
+        self._inits: dict = {}
+        self.update = jax.jit(self._update)
+        # The constrained parameters; traced after the first initialisation has set the
+        # transforms (``SVI.init`` does).
+        self.get_params = jax.jit(lambda state: self.svi.get_params(state))
+
+    def _update(self, state, data, arrays, rows, temperature):
+        if rows is not None:
+            data = {k: v[rows] for k, v in data.items()}
+            if self.shardings is not None:
+                data = jax.lax.with_sharding_constraint(data, self.shardings[0])
+        config = _with_arrays(self.config, arrays)
+        return self.svi.update(state, data, config, temperature=temperature)
+
+    def init(self, key, data, arrays, starts: dict, model, guide):
+        """The initial SVI state, from a compiled ``SVI.init``. ``model`` and ``guide`` are this
+        fit's own, traced where its starting values are constants of them."""
+        fingerprint = None if self.starts_are_arguments else _values_fingerprint(starts)
+        if fingerprint not in self._inits:
+            svi = self.svi if fingerprint is None else SVI(model, guide, self.optim, self.loss)
+            self._inits[fingerprint] = self._compile_init(svi)
+        compiled, traced = self._inits[fingerprint]
+        state = compiled(key, data, arrays, starts)
+        if fingerprint is None and not traced["starts_replaced"]:
+            # The trace holds these starting values as constants: key it by them.
+            self.starts_are_arguments = False
+            self._inits[_values_fingerprint(starts)] = self._inits.pop(None)
+        return state
+
+    def _compile_init(self, svi):
+        """A new function per compilation (JAX reuses the trace of a function object it saw)."""
+        traced = {"starts_replaced": True}
+
+        def init(key, data, arrays, starts):
+            handler = _ParamStarts(starts)
+            with handler:
+                state = svi.init(
+                    key,
+                    data,
+                    _with_arrays(self.config, arrays),
+                    temperature=self.init_temperature,
+                )
+            traced["starts_replaced"] = not handler.baked
+            return state
+
+        return jax.jit(init), traced
+
+
+def _values_fingerprint(values: dict) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(values):
+        value = np.asarray(values[name])
+        digest.update(f"{name}{value.shape}{value.dtype}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()
+
+
+#: The compiled SVI of every structure fitted in this process (``SVIEngine``'s ``compile_key``).
+_COMPILED: dict = {}
+
+
+def clear_compiled() -> None:
+    """Forget the compiled functions of earlier fits (the next fit of each structure compiles)."""
+    _COMPILED.clear()
+
+
 class SVIEngine:
-    """``numpyro.infer.SVI`` with a jit-compiled update; the state is a pure pytree.
+    """``numpyro.infer.SVI`` with a jit-compiled initialisation and update; the state is a pure
+    pytree.
 
     ``step(state, temperature, rows)`` returns the next state after a step on ``data``
     restricted to ``rows`` (all rows if None); the rows are gathered inside the compiled update,
     so the data stay on the device. ``step(state, temperature, batch=...)`` trains on a
     minibatch given as backend arrays instead (data that are not held in memory,
     ``inference.streaming``). States are NumPyro's SVI states, pytrees the engine never changes.
+
+    Compile once per structure: with a ``compile_key`` (what the caller's model and guide are:
+    the model's and guide's names, say) the compiled functions are kept for the process, under
+    that key with everything else that changes the computation (objective, particles, learning
+    rate, the config's static fields, shapes and dtypes of the data and config arrays, device,
+    data parallelism). A later engine with the same key reuses them: the seed, the starting
+    values (``start``, by ``param`` site name), the data and the config's arrays are their
+    arguments. This rests on the zoo's contract for twins: the model and guide read the config
+    from their argument, and what they close over (``init``) only starts ``param`` sites.
+    Without a key every engine compiles its own.
 
     With ``data_parallel=True`` the rows of every step are split over all ``jax.devices()``
     (``jax.sharding``: a one-axis mesh, data sharded on it, state and config replicated); the
@@ -224,6 +431,8 @@ class SVIEngine:
         data_parallel=False,
         batch_rows=None,
         jit=True,  # always compiled (jax.jit); the option is Pyro's
+        compile_key=None,
+        start=None,
     ):
         if elbo == "enum":
             from numpyro.contrib.funsor import config_enumerate
@@ -244,24 +453,36 @@ class SVIEngine:
         self.loss = make_elbo(elbo, num_particles)
         self.model, self.guide, self.data, self.config = model, guide, data, config
         self.elbo_name, self.device = elbo, device
-        # Stages run as a function of Adam's update count, which lives in the SVI state.
-        step_size = lr.jax_schedule() if isinstance(lr, learning_rate.Stages) else lr
-        self.svi = SVI(model, guide, numpyro.optim.Adam(step_size), self.loss)
-        state = self.svi.init(jax.random.PRNGKey(seed), data, config, temperature=init_temperature)
+        self._arrays = _config_arrays(config)
+        placement = device if self.shardings is None else self.shardings[1]
+        key = None
+        if compile_key is not None:
+            key = (
+                compile_key,
+                elbo,
+                int(num_particles),
+                repr(lr),
+                init_temperature,
+                str(device),
+                self.shardings is not None and len(jax.devices()),
+                batch_rows,
+                _avals(data),
+                _config_key(config),
+                _avals(start or {}),  # which sites start from given values
+            )
+        compiled = _COMPILED.get(key) if key is not None else None
+        if compiled is None:
+            compiled = _CompiledSVI(
+                model, guide, self.loss, lr, config, init_temperature, self.shardings
+            )
+            if key is not None:
+                _COMPILED[key] = compiled
+        self._compiled, self.svi = compiled, compiled.svi
+        starts = {k: jax.device_put(np.asarray(v), placement) for k, v in (start or {}).items()}
+        state = compiled.init(jax.random.PRNGKey(seed), data, self._arrays, starts, model, guide)
         # Commit the initial state to the device: the update's outputs are committed, and an
         # uncommitted input would make the second call compile the update again.
-        self._initial = jax.device_put(
-            state, device if self.shardings is None else self.shardings[1]
-        )
-
-        def update(state, data, rows, temperature):
-            if rows is not None:
-                data = {k: v[rows] for k, v in data.items()}
-                if self.shardings is not None:
-                    data = jax.lax.with_sharding_constraint(data, self.shardings[0])
-            return self.svi.update(state, data, config, temperature=temperature)
-
-        self._update = jax.jit(update)
+        self._initial = jax.device_put(state, placement)
 
     def initial_state(self):
         return self._initial
@@ -278,12 +499,12 @@ class SVIEngine:
         if rows is not None:
             placement = self.device if self.shardings is None else self.shardings[1]
             rows = jax.device_put(rows, placement)
-        new, loss = self._update(state, data, rows, temperature)
+        new, loss = self._compiled.update(state, data, self._arrays, rows, temperature)
         loss = float(wait_for_step(loss) if self._watch else loss)
         return (new if np.isfinite(loss) else state), -loss
 
     def params(self, state) -> dict[str, np.ndarray]:
-        return flatten_params(self.svi.get_params(state))
+        return flatten_params(self._compiled.get_params(state))
 
     def elbo(self, state, num_particles: int, seed: int, temperature=None) -> float:
         loss = make_elbo(self.elbo_name, num_particles)

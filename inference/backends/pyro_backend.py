@@ -182,6 +182,8 @@ class SVIEngine:
         data_parallel=False,
         batch_rows=None,
         jit=False,
+        compile_key=None,  # NumPyro's: Pyro compiles nothing ahead of a fit
+        start=None,  # already in the model and guide
     ):
         self.data, self.config, self.device = data, config, device
         self.group_size = torch.distributed.get_world_size() if data_parallel else 1

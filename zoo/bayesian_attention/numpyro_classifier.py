@@ -201,8 +201,8 @@ def network(config, init, like) -> Transformer:
         key = numpyro.prng_key()
         if key is None:
             raise ValueError("Building the network needs a random key: run under handlers.seed.")
-        if isinstance(key, jax.core.Tracer):
-            return Transformer(config, like.dtype, key)
+        if isinstance(key, jax.core.Tracer):  # a compiled initialisation: the same draws
+            return _host_initialised_traced(config, like.dtype, key)
         return _host_initialised(config, like.dtype, key)
     return equinox_module(
         lambda key: Transformer(config, like.dtype, key), "net", init, like.dtype, config
@@ -234,6 +234,22 @@ def _host_initialised(config, dtype, key) -> Transformer:
     )
     pos = jnp.asarray(0.02 * rng.standard_normal(skeleton.pos.shape), dtype)
     return eqx.tree_at(lambda m: m.pos, net, pos)
+
+
+def _host_initialised_traced(config, dtype, key) -> Transformer:
+    """``_host_initialised`` for a traced key: the same numpy draws, made on the host when the
+    compiled function runs (and compiled away where the weights go unused)."""
+    skeleton = eqx.filter_eval_shape(Transformer, config, dtype, jax.random.PRNGKey(0))
+    shapes, static = eqx.partition(skeleton, lambda a: isinstance(a, jax.ShapeDtypeStruct))
+    leaves, treedef = jax.tree_util.tree_flatten(shapes)
+
+    def draw(key_data):
+        net = _host_initialised(config, dtype, jnp.asarray(key_data))
+        drawn = jax.tree_util.tree_leaves(eqx.filter(net, eqx.is_array))
+        return [np.asarray(a) for a in drawn]
+
+    drawn = jax.pure_callback(draw, leaves, key, vmap_method="sequential")
+    return eqx.combine(jax.tree_util.tree_unflatten(treedef, drawn), static)
 
 
 # ------------------------------------------------------------------------------ distributions

@@ -1,0 +1,195 @@
+"""NumPyro fits compile once per structure: a later fit with the same model, guide, options and
+shapes reuses the compiled initialisation and update, with its own seed, starting values, data
+and config arrays as their arguments, and gets what a fit that compiled afresh gets."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+import inference
+import zoo
+from inference.backends import numpyro_backend
+
+#: A fit's parameters and last objectives as the code that compiled every fit afresh gave them
+#: (the first values of each array), to check that the compiled functions compute the same.
+REFERENCE = {
+    "gumbel": {
+        "assignment_logits": [-1.000000013748718, -17.700370084816644, -18.446233239333868],
+        "dof": [26.081974443055774, 47.50874093169078, 22.725157965802538],
+        "mean_loc": [3.473894951361562, 3.823348009404396, -1.706070353774394],
+        "objective": [-1911.4210094559753, -1908.946212567589, -1918.3527743798595],
+    },
+    "enum": {
+        "dof": [25.279241398305118, 46.21902396514816, 21.064672486134015],
+        "mean_loc": [3.4156703065904725, 3.7854004572285893, -1.662225498125097],
+        "objective": [-483.7216328575652, -486.655518844646, -478.64419155332854],
+    },
+}
+
+
+def small_data(seed=0, n=100):
+    return {"x": zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(seed), n)["x"]}
+
+
+def svi(data, seed, guide="enum", **options):
+    return inference.fit(
+        "bayesian_gmm",
+        data,
+        "svi",
+        "numpyro",
+        K=3,
+        num_steps=20,
+        seed=seed,
+        guide=guide,
+        progress=False,
+        **options,
+    )
+
+
+def assert_same_fit(a, b):
+    assert a.raw_params.keys() == b.raw_params.keys()
+    for name in a.raw_params:
+        np.testing.assert_array_equal(a.raw_params[name], b.raw_params[name], err_msg=name)
+    # XLA's CPU reductions may differ in the last bit from run to run: the loss, not the step.
+    np.testing.assert_allclose(a.history["objective"], b.history["objective"], rtol=1e-13)
+
+
+class CompileCounter:
+    """XLA compilations while it is open."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.count += 1
+
+    def __enter__(self):
+        jax.monitoring.register_event_duration_secs_listener(self)
+        return self
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self)
+
+
+@pytest.mark.parametrize("guide", ["enum", "gumbel"])
+def test_same_values_as_a_fresh_compilation(guide):
+    data = small_data()
+    numpyro_backend.clear_compiled()
+    fresh = svi(data, seed=1, guide=guide)
+    svi(data, seed=0, guide=guide)  # compiles; the next fit reuses it
+    reused = svi(data, seed=1, guide=guide)
+    assert_same_fit(fresh, reused)
+    for name, first in REFERENCE[guide].items():
+        got = reused.history[name][-3:] if name == "objective" else reused.raw_params[name]
+        np.testing.assert_allclose(np.ravel(got)[:3], first, rtol=1e-12, err_msg=name)
+
+
+def test_second_fit_compiles_nothing():
+    data = small_data()
+    svi(data, seed=0)
+    with CompileCounter() as counter:
+        svi(data, seed=5)
+    assert counter.count == 0
+
+
+def test_data_and_config_values_are_arguments():
+    """Other data of the same shape (and so other prior arrays, ``mean_prior`` from the data's
+    mean) reuse the compilation and fit those data, not the first fit's."""
+    numpyro_backend.clear_compiled()
+    other = small_data(seed=7)
+    fresh = svi(other, seed=2)
+    svi(small_data(), seed=2)
+    with CompileCounter() as counter:
+        reused = svi(other, seed=2)
+    assert counter.count == 0
+    assert_same_fit(fresh, reused)
+
+
+def test_other_structure_compiles_again():
+    data = small_data()
+    svi(data, seed=0)
+    with CompileCounter() as counter:
+        svi(data, seed=0, lr=0.01)
+    assert counter.count > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LineConfig:
+    scale: float
+    offset: jax.Array
+
+
+def line_model(data, config, temperature=None):
+    loc = numpyro.sample("loc", dist.Normal(config.offset, config.scale))
+    with numpyro.plate("data", data["x"].shape[0]):
+        numpyro.sample("x", dist.Normal(loc, 1.0), obs=data["x"])
+
+
+def line_guide(start, own_loc=None):
+    """``loc_q`` starts from ``start``, or from the data's mean; ``net`` holds a weight pytree
+    like an equinox network's, started from ``net.w`` and ``net.b``."""
+
+    def guide(data, config, temperature=None):
+        mean = data["x"].mean()
+        if own_loc is not None:  # a constant of the guide's own
+            mean = jnp.asarray(own_loc)
+        elif "loc_q" in start:
+            mean = jnp.asarray(start["loc_q"])
+        loc = numpyro.param("loc_q", mean)
+        net = {"w": jnp.asarray(start["net.w"]), "b": jnp.asarray(start["net.b"])}
+        net = numpyro.param("net$params", lambda _: net)
+        numpyro.sample("loc", dist.Normal(loc + net["w"].sum() * net["b"], 1.0))
+
+    return guide
+
+
+def line_engine(start, data=None, own_loc=None):
+    device = numpyro_backend.resolve_device("cpu")
+    return numpyro_backend.SVIEngine(
+        line_model,
+        line_guide(start, own_loc),
+        {"x": jnp.arange(4.0) if data is None else data},
+        LineConfig(scale=2.0, offset=jnp.zeros(())),
+        elbo="trace",
+        lr=0.1,
+        num_particles=1,
+        seed=0,
+        device=device,
+        compile_key=("line", "test"),
+        start=start,
+    )
+
+
+def test_starting_values_are_arguments():
+    """Named arrays, a network's weights by their names, and a start from the data, each
+    from its own fit when the compilation is reused."""
+    numpyro_backend.clear_compiled()
+    for value in (1.5, -3.0):
+        start = {"loc_q": np.asarray(value), "net.w": np.full(2, value), "net.b": np.asarray(2.0)}
+        engine = line_engine(start)
+        params = engine.params(engine.initial_state())
+        assert params["loc_q"] == value and params["net.w"].tolist() == [value, value]
+    for data in (jnp.arange(4.0), jnp.arange(4.0) + 10.0):
+        engine = line_engine({"net.w": np.ones(2), "net.b": np.asarray(0.0)}, data=data)
+        assert engine.params(engine.initial_state())["loc_q"] == data.mean()
+    # One compilation for each set of starting values' names and shapes.
+    assert len(numpyro_backend._COMPILED) == 2
+    assert all(c.starts_are_arguments for c in numpyro_backend._COMPILED.values())
+
+
+def test_constant_starts_are_not_reused():
+    """A start the guide holds as a constant of its own (here ``loc_q`` of another shape than
+    its site): the initialisation compiles again for other values."""
+    numpyro_backend.clear_compiled()
+    for value in (1.5, -3.0, 1.5):
+        start = {"loc_q": np.zeros(3), "net.w": np.full(2, value), "net.b": np.asarray(1.0)}
+        engine = line_engine(start, own_loc=value)
+        assert engine.params(engine.initial_state())["loc_q"] == value
+    (compiled,) = numpyro_backend._COMPILED.values()
+    assert not compiled.starts_are_arguments
