@@ -10,6 +10,7 @@ import functools
 import hashlib
 import inspect
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -231,6 +232,8 @@ def fit(
     inference.NonFiniteObjectiveError
         The objective became NaN or inf; ``error.result`` holds the last good parameters.
     """
+    started = time.perf_counter()
+    setup = None  # seconds before the first step, once the loop starts
     spec = get_model(model)
     alg = get_algorithm(algorithm)
     back = get_backend(backend)
@@ -352,7 +355,7 @@ def fit(
             config=problem.config,
             history={k: np.asarray(v) for k, v in history.items()},
             converged=converged,
-            timing=_timing(history),
+            timing=_timing(history, setup),
             num_data=problem.num_data,
             seed=int(seed),
             options=record,
@@ -383,6 +386,7 @@ def fit(
 
     # The process that writes the checkpoint holds a lock on it from resume to the last write.
     guard = exclusive(checkpoint) if checkpoint is not None and lead else contextlib.nullcontext()
+    setup = time.perf_counter() - started
     with guard:
         state, history, converged = run(
             alg,
@@ -401,7 +405,9 @@ def fit(
             write_checkpoints=lead,
             advice=nonfinite_advice(alg, spec),
         )
-    return make_result(state, history, converged)
+    result = make_result(state, history, converged)
+    result.timing["wall"] = time.perf_counter() - started
+    return result
 
 
 def _validation(spec, alg, problem, state, make_result, validation_data, every, patience):
@@ -425,14 +431,19 @@ def _validation(spec, alg, problem, state, make_result, validation_data, every, 
     return Validation(validation_elbo, every, patience)
 
 
-def _timing(history) -> dict:
+def _timing(history, setup=None) -> dict:
+    """Seconds: ``total`` of the steps, the median step (``per_step``), the ``first_step`` (with
+    the compilation of the step), and ``setup``, from the call to the first step
+    (initialisation, tracing, compiling it). ``fit`` adds ``wall``, the whole call."""
+    setup = float("nan") if setup is None else float(setup)
     times = np.asarray(history["time"], dtype=float)
     if len(times) == 0:
-        return {"total": 0.0, "per_step": float("nan"), "first_step": float("nan")}
+        return {"total": 0.0, "per_step": float("nan"), "first_step": float("nan"), "setup": setup}
     steps = np.diff(np.concatenate([[0.0], times]))
     # The first step carries JAX's compilation; the median step ignores it.
     return {
         "total": float(times[-1]),
         "per_step": float(np.median(steps)),
         "first_step": float(steps[0]),
+        "setup": setup,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -35,9 +36,11 @@ class Comparison:
         ("objective_per_point", "{:.4f}"),
         ("heldout_log_pred_per_point", "{:.4f}"),
         ("steps", "{}"),
+        ("setup_s", "{:.3f}"),
         ("wall_time_s", "{:.3f}"),
         ("first_step_s", "{:.3f}"),
         ("time_to_target_s", "{:.3f}"),
+        ("evaluation_s", "{:.3f}"),
     )
 
     #: With a reference posterior: how far each run's posterior is from it (``inference.accuracy``).
@@ -233,8 +236,10 @@ def compare(
                 progress=progress,
                 **opts,
             )
+            evaluation = time.perf_counter()
             heldout = res.log_marginal_likelihood(test_data, num_samples=num_samples, seed=seed)
             objective = alg.comparable_objective(res, data)
+            evaluation = time.perf_counter() - evaluation
             rows.append(
                 {
                     "model": target.name,
@@ -246,8 +251,10 @@ def compare(
                     "objective_per_point": objective / res.num_data,
                     "heldout_log_pred_per_point": float(np.mean(heldout)),
                     "steps": res.num_steps,
+                    "setup_s": res.timing.get("setup", float("nan")),
                     "wall_time_s": res.timing["total"],
                     "first_step_s": res.timing["first_step"],
+                    "evaluation_s": evaluation,
                     "converged": res.converged,
                 }
             )
@@ -275,7 +282,9 @@ def compare(
             reference, spec, data, rows, results, backends, options, progress
         )
         for row, res in zip(rows, results, strict=True):
+            started = time.perf_counter()
             row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
+            row["evaluation_s"] += time.perf_counter() - started
     return Comparison(rows=rows, results=results)
 
 

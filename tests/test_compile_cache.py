@@ -193,3 +193,13 @@ def test_constant_starts_are_not_reused():
         assert engine.params(engine.initial_state())["loc_q"] == value
     (compiled,) = numpyro_backend._COMPILED.values()
     assert not compiled.starts_are_arguments
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_timing_has_the_setup(backend):
+    res = inference.fit(
+        "bayesian_gmm", small_data(), "svi", backend, K=3, num_steps=5, progress=False
+    )
+    timing = res.timing
+    assert timing["setup"] > 0 and timing["first_step"] > 0
+    assert timing["setup"] + timing["total"] <= timing["wall"]
