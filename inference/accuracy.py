@@ -29,8 +29,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-from scipy.stats import wasserstein_distance
 
 #: The entries of ``posterior_accuracy``'s result, in order.
 MEASURES = (
@@ -82,7 +80,9 @@ def match_components(run: dict, reference: dict, keys: Sequence[str]) -> np.ndar
     cost = np.zeros((num_components, num_components))
     for key in present:
         cost += _component_cost(run_draws[key], ref_draws[key])
-    _, perm = linear_sum_assignment(cost)
+    import scipy.optimize  # here, not at the top: importing it takes a noticeable while
+
+    _, perm = scipy.optimize.linear_sum_assignment(cost)
     return perm.astype(np.intp)
 
 
@@ -218,11 +218,13 @@ def _sliced_wasserstein(
     run_z: np.ndarray, ref_z: np.ndarray, *, num_projections: int, max_draws: int, seed: int
 ) -> float:
     """Mean over random unit directions of the exact 1-D Wasserstein distance of projections."""
+    import scipy.stats  # here, not at the top: it takes most of a second to import
+
     run_z, ref_z = _thin(run_z, max_draws), _thin(ref_z, max_draws)
     directions = _unit_directions(num_projections, run_z.shape[1], seed)
     run_projected, ref_projected = run_z @ directions.T, ref_z @ directions.T
     distances = [
-        wasserstein_distance(run_projected[:, i], ref_projected[:, i])
+        scipy.stats.wasserstein_distance(run_projected[:, i], ref_projected[:, i])
         for i in range(num_projections)
     ]
     return float(np.mean(distances))

@@ -300,6 +300,7 @@ class SVI(Algorithm):
             # The fits this one's compiled functions serve: same model, guide and data plate.
             compile_key=(spec.name, spec.backends[back.NAME], guide, bound_num_data),
             start=start,
+            persist=spec.built_in,
         )
         grey = None
         if options.dynamic_binarization:
@@ -476,6 +477,9 @@ def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
         num_particles=1,
         seed=seed,
         device=device,
+        compile_key=(spec.name, spec.backends[back.NAME], guide, None),
+        start=params,
+        persist=spec.built_in,
     )
 
 

@@ -101,3 +101,27 @@ def test_nuts_overhead_quick(tmp_path):
         zoo_ess = [ess for _, ess, _ in row["runs"]["zoo"]]
         assert zoo_ess == [ess for _, ess, _ in row["runs"]["bare"]]
     assert json.loads((tmp_path / "nuts.json").read_text())["rows"] == json.loads(json.dumps(rows))
+
+
+def test_latency_quick(tmp_path):
+    """New processes (cold and warm cache) and the second fit of a process, on both backends.
+    (The example's part runs gmm_compare.py twice, minutes even with --quick; its sum is
+    checked below.)"""
+    argv = ["--quick", "--no-example", "--json", str(tmp_path / "latency.json")]
+    out = run_benchmark("latency", argv)
+    assert [r["backend"] for r in out["fits"]] == ["pyro", "numpyro"]
+    for row in out["fits"]:
+        timings = [v for k, v in row.items() if k.endswith("_s")]
+        assert all(positive(t) for t in timings), row
+    assert out["examples"] == []
+    assert json.loads((tmp_path / "latency.json").read_text()) == out
+
+
+def test_latency_sums_the_example_tables(tmp_path):
+    """Set-up, fit and scoring of every row of both tables; a table without the set-up and
+    scoring columns (an older checkout's) counts its fits."""
+    script = runpy.run_path(str(BENCHMARKS / "latency.py"), run_name="latency")
+    rows = [{"wall_time_s": 2.0, "setup_s": 0.5, "evaluation_s": 0.25}, {"wall_time_s": 1.0}]
+    (tmp_path / "table.json").write_text(json.dumps(rows))
+    (tmp_path / "accuracy.json").write_text(json.dumps(rows[:1]))
+    assert script["table_seconds"](tmp_path) == 2.75 + 1.0 + 2.75

@@ -203,3 +203,105 @@ def test_timing_has_the_setup(backend):
     timing = res.timing
     assert timing["setup"] > 0 and timing["first_step"] > 0
     assert timing["setup"] + timing["total"] <= timing["wall"]
+
+
+# --- across processes: exported functions on disk ---------------------------------------------
+
+FIT_IN_A_NEW_PROCESS = """
+import json, sys
+import numpy as np
+import inference, zoo
+from inference.backends import numpyro_backend
+data = {"x": zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 100)["x"]}
+res = inference.fit("bayesian_gmm", data, "svi", "numpyro", K=3, num_steps=20, seed=1,
+                    guide=sys.argv[1], progress=False)
+functions = [f for c in numpyro_backend._COMPILED.values()
+             for f in (c.update, c.get_params, *[i for i, _ in c._inits.values()])]
+functions += list(numpyro_backend._FUNCTIONS.values())
+print(json.dumps({
+    "loaded": sum(f.loaded for f in functions),
+    "exported": sum(f.exported for f in functions),
+    "params": {k: v.tolist() for k, v in res.raw_params.items()},
+    "objective": res.history["objective"].tolist(),
+}))
+"""
+
+
+def fit_in_a_new_process(cache, guide="enum"):
+    """A fit in a new process whose caches are in ``cache`` (``"0"``: none)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ZOO_JAX_CACHE": str(cache)}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", FIT_IN_A_NEW_PROCESS, guide],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_new_process_loads_what_an_earlier_one_exported(tmp_path):
+    """The first process exports the starting values, initialisation, update and parameters;
+    the second loads all four (it traces nothing) and fits exactly what a process without the
+    store fits."""
+    first = fit_in_a_new_process(tmp_path)
+    assert first["loaded"] == 0 and first["exported"] == 4
+    files = sorted((tmp_path / "exported").iterdir())
+    assert [f.name.split("-")[0] for f in files] == ["init", "params", "start", "update"]
+    second = fit_in_a_new_process(tmp_path)
+    assert second["loaded"] == 4 and second["exported"] == 0
+    without = svi(small_data(), seed=1)  # this process keeps nothing on disk
+    assert second["params"] == first["params"]
+    assert {k: v.tolist() for k, v in without.raw_params.items()} == first["params"]
+    for objective in (second["objective"], without.history["objective"]):
+        np.testing.assert_allclose(objective, first["objective"], rtol=1e-13)
+
+
+def test_a_damaged_file_is_exported_again(tmp_path):
+    first = fit_in_a_new_process(tmp_path, guide="gumbel")
+    (update,) = (tmp_path / "exported").glob("update-*")
+    content = bytearray(update.read_bytes())
+    content[len(content) // 2] ^= 0xFF
+    update.write_bytes(bytes(content))
+    second = fit_in_a_new_process(tmp_path, guide="gumbel")
+    assert second["loaded"] == 3 and second["exported"] == 1
+    assert second["params"] == first["params"]
+    assert update.read_bytes() != bytes(content)  # written again, whole
+
+
+def test_the_key_covers_the_source_and_settings(monkeypatch, tmp_path):
+    from inference.backends import exported
+
+    args = ({"x": jnp.zeros(3)},)
+
+    def file_for(key="key", args=args):
+        return exported.file_for("update", key, args, "cpu", tmp_path)
+
+    path = file_for()
+    assert file_for() == path
+    assert file_for(key="other") != path
+    assert file_for(args=({"x": jnp.zeros(4)},)) != path
+    assert file_for(args=({"x": jnp.zeros(3, "float32")},)) != path
+    with jax.default_matmul_precision("highest"):
+        assert file_for() != path
+    monkeypatch.setattr(exported, "_source_fingerprint", lambda: "edited source")
+    assert file_for() != path
+
+
+def test_plugin_models_are_not_kept():
+    """A model defined outside the zoo could change without the key changing."""
+    spec = zoo.get_model("bayesian_gmm")
+    assert spec.built_in
+    assert not dataclasses.replace(
+        spec, backends={**spec.backends, "numpyro": "mine.model"}
+    ).built_in
+    assert not dataclasses.replace(
+        spec, updates=dataclasses.replace(spec.updates, module="mine.updates")
+    ).built_in

@@ -136,6 +136,13 @@ class ModelSpec:
     example_options: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = field(default_factory=tuple)
 
+    @property
+    def built_in(self) -> bool:
+        """Whether all of the model's code (twins and closed-form updates) is the zoo's own:
+        what a fit compiles from it may be kept across processes, keyed by the zoo's source."""
+        modules = [*self.backends.values(), *([self.updates.module] if self.updates else [])]
+        return all(isinstance(m, str) and m.startswith("zoo.") for m in modules)
+
     def twin(self, backend: str) -> ModuleType:
         """Import and return the backend twin module (lazily: torch or jax load only when used)."""
         if backend not in self.backends:

@@ -3,51 +3,30 @@
 JAX's 64-bit switch is process-wide, so it is turned on once here; each fit then casts its data
 and config to the dtype it asks for (float64 for closed-form updates, float64 by default for SVI on the mixtures).
 
-JAX's persistent compilation cache is turned on here too (``enable_persistent_cache``), so that a
-new process fitting the same shapes loads its compiled functions instead of compiling them.
+JAX's persistent compilation cache is turned on here too (``jax_cache``), so that a new process
+fitting the same shapes loads its compiled functions instead of compiling them.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 
+from inference.backends import jax_cache
+
 jax.config.update("jax_enable_x64", True)
 
-#: Where compiled functions are kept between processes, unless JAX is told another place.
-PERSISTENT_CACHE = Path("~/.cache/ppl-zoo/jax")
-
-
-def enable_persistent_cache() -> str | None:
-    """Keep XLA's compiled functions on disk, in ``~/.cache/ppl-zoo/jax``, and return the
-    directory in use (None: off).
-
-    A directory already set for JAX (``JAX_COMPILATION_CACHE_DIR``, or
-    ``jax.config.update("jax_compilation_cache_dir", ...)``) is kept, and ``ZOO_JAX_CACHE=0``
-    leaves the cache off. Every compilation is kept, however short: a fit's set-up is many
-    small ones.
-    """
-    if os.environ.get("ZOO_JAX_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return jax.config.jax_compilation_cache_dir
-    if not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", str(PERSISTENT_CACHE.expanduser()))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    return jax.config.jax_compilation_cache_dir
-
-
-enable_persistent_cache()
+jax_cache.enable_persistent_cache()
 
 import jax.numpy as jnp  # noqa: E402
 import numpyro  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 
 from inference import learning_rate  # noqa: E402
-from inference.backends import tree_codec  # noqa: E402
+from inference.backends import exported, tree_codec  # noqa: E402
 from inference.backends.sites import data_plate_log_prob  # noqa: E402
 from zoo import devices  # noqa: E402
 from zoo.array_namespace import JaxOps, convert_config  # noqa: E402
@@ -79,6 +58,28 @@ def backend_config(config, device, dtype):
 
 def compile_step(fn):
     return jax.jit(fn)
+
+
+#: Functions of :func:`compile_with_config` compiled in this process, by key.
+_FUNCTIONS: dict = {}
+
+
+def compile_with_config(fn, config, *, name: str, key, device):
+    """``fn(*args, config)`` as a function of ``args``, compiled with the config's arrays as
+    arguments (its other fields are part of the computation): once per process for each
+    ``key`` (the caller's name for ``fn``) and config structure, and kept across processes
+    (``exported``). Without a key, ``fn`` runs as it is, op by op: it may not be traceable."""
+    if key is None:
+        return lambda *args: fn(*args, config)
+    full_key = repr((key, name, _config_key(config), str(device)))
+    compiled = _FUNCTIONS.get(full_key)
+    if compiled is None:
+        static = config
+        compiled = _FUNCTIONS[full_key] = exported.PersistentFunction(
+            lambda arrays, *args: fn(*args, _with_arrays(static, arrays)), name, full_key, device
+        )
+    arrays = _config_arrays(config)
+    return lambda *args: compiled(arrays, *args)
 
 
 def make_elbo(name: str, num_particles: int):
@@ -302,45 +303,80 @@ class _ParamStarts(numpyro.primitives.Messenger):
 
 
 class _CompiledSVI:
-    """One model and guide's SVI with its compiled initialisation and update.
+    """One model and guide's SVI with its compiled initialisation, update, parameters and ELBO.
 
-    The update takes the state, the data, the config's arrays, the rows and the temperature as
-    arguments: nothing of a fit but its structure is traced into it, so every fit with the same
-    structure (``SVIEngine``'s ``compile_key``) reuses it. The initialisation takes the seed's
-    key and the starting values too; starting values that are not ``param`` sites of their own
-    name (a network's weights) are traced as constants, and the initialisation is then compiled
-    again for other values.
+    The SVI state is the flat tuple of the leaves of NumPyro's state, so that every compiled
+    function takes and returns plain arrays (and can be kept on disk, ``exported``). The update
+    takes the state, the data, the config's arrays, the rows and the temperature as arguments:
+    nothing of a fit but its structure is traced into it, so every fit with the same structure
+    (``SVIEngine``'s ``compile_key``) reuses it. The initialisation takes the seed's key and
+    the starting values too; starting values that are not ``param`` sites of their own name (a
+    network's weights) are traced as constants, and the initialisation is then compiled again
+    for other values (and never kept on disk).
+
+    With ``persist_key`` (a string naming the structure across processes) each function is a
+    :class:`~inference.backends.exported.PersistentFunction`: a new process loads its trace.
     """
 
-    def __init__(self, model, guide, loss, lr, config, init_temperature, shardings):
+    def __init__(
+        self, model, guide, loss, lr, config, init_temperature, shardings, device, persist_key
+    ):
         # Stages run as a function of Adam's update count, which lives in the SVI state.
         step_size = lr.jax_schedule() if isinstance(lr, learning_rate.Stages) else lr
         self.optim, self.loss = numpyro.optim.Adam(step_size), loss
         self.svi = SVI(model, guide, self.optim, loss)
         self.config, self.init_temperature, self.shardings = config, init_temperature, shardings
+        self.device, self.persist_key = device, persist_key
         self.starts_are_arguments = True  # until a trace finds a start it did not replace
+        self.treedef = None  # of NumPyro's SVI state, once an initialisation is traced
         self._inits: dict = {}
-        self.update = jax.jit(self._update)
-        # The constrained parameters; traced after the first initialisation has set the
-        # transforms (``SVI.init`` does).
-        self.get_params = jax.jit(lambda state: self.svi.get_params(state))
+        self._init_args = None  # shapes of the last initialisation's arguments
+        self._elbos: dict = {}
+        self.update = self._function(self._update, "update")
+        # The constrained parameters; SVI's transforms are set by the initialisation's trace.
+        self.get_params = self._function(
+            lambda leaves: self.svi.get_params(self._unflatten(leaves)), "params"
+        )
 
-    def _update(self, state, data, arrays, rows, temperature):
+    def _function(self, fn, name, keep=lambda: True, persist=True):
+        key = self.persist_key if persist else None
+        return exported.PersistentFunction(fn, name, key, self.device, keep)
+
+    def _unflatten(self, leaves):
+        """NumPyro's SVI state from its leaves. A process that loaded the initialisation has
+        not traced it: it is traced here, once, for the structure and SVI's transforms."""
+        if self.treedef is None:
+            jax.eval_shape(self._init_fn(self.svi, {}), *self._init_args)
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+    def _update(self, leaves, data, arrays, rows, temperature):
         if rows is not None:
             data = {k: v[rows] for k, v in data.items()}
             if self.shardings is not None:
                 data = jax.lax.with_sharding_constraint(data, self.shardings[0])
         config = _with_arrays(self.config, arrays)
-        return self.svi.update(state, data, config, temperature=temperature)
+        new, loss = self.svi.update(self._unflatten(leaves), data, config, temperature=temperature)
+        return tuple(jax.tree_util.tree_leaves(new)), loss
 
-    def init(self, key, data, arrays, starts: dict, model, guide):
+    def init(self, key, data, arrays, starts: dict, model, guide) -> tuple:
         """The initial SVI state, from a compiled ``SVI.init``. ``model`` and ``guide`` are this
         fit's own, traced where its starting values are constants of them."""
         fingerprint = None if self.starts_are_arguments else _values_fingerprint(starts)
         if fingerprint not in self._inits:
             svi = self.svi if fingerprint is None else SVI(model, guide, self.optim, self.loss)
-            self._inits[fingerprint] = self._compile_init(svi)
+            traced = {"starts_replaced": True}
+            compiled = self._function(
+                self._init_fn(svi, traced),
+                "init",
+                keep=lambda: traced["starts_replaced"],
+                persist=fingerprint is None,
+            )
+            self._inits[fingerprint] = compiled, traced
         compiled, traced = self._inits[fingerprint]
+        self._init_args = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)),
+            (key, data, arrays, starts),
+        )
         state = compiled(key, data, arrays, starts)
         if fingerprint is None and not traced["starts_replaced"]:
             # The trace holds these starting values as constants: key it by them.
@@ -348,9 +384,8 @@ class _CompiledSVI:
             self._inits[_values_fingerprint(starts)] = self._inits.pop(None)
         return state
 
-    def _compile_init(self, svi):
+    def _init_fn(self, svi, traced: dict):
         """A new function per compilation (JAX reuses the trace of a function object it saw)."""
-        traced = {"starts_replaced": True}
 
         def init(key, data, arrays, starts):
             handler = _ParamStarts(starts)
@@ -362,9 +397,30 @@ class _CompiledSVI:
                     temperature=self.init_temperature,
                 )
             traced["starts_replaced"] = not handler.baked
-            return state
+            leaves, self.treedef = jax.tree_util.tree_flatten(state)
+            return tuple(leaves)
 
-        return jax.jit(init), traced
+        return init
+
+    def elbo(self, elbo_name: str, num_particles: int):
+        """The compiled ELBO estimate with ``num_particles`` draws: a function of the state's
+        leaves, the key, the data, the config's arrays and the temperature."""
+        if num_particles not in self._elbos:
+            loss = make_elbo(elbo_name, num_particles)
+
+            def value(leaves, key, data, arrays, temperature):
+                return loss.loss(
+                    key,
+                    self.svi.get_params(self._unflatten(leaves)),
+                    self.svi.model,
+                    self.svi.guide,
+                    data,
+                    _with_arrays(self.config, arrays),
+                    temperature=temperature,
+                )
+
+            self._elbos[num_particles] = self._function(value, f"elbo{num_particles}")
+        return self._elbos[num_particles]
 
 
 def _values_fingerprint(values: dict) -> str:
@@ -385,6 +441,7 @@ _COMPILED: dict = {}
 def clear_compiled() -> None:
     """Forget the compiled functions of earlier fits (the next fit of each structure compiles)."""
     _COMPILED.clear()
+    _FUNCTIONS.clear()
 
 
 class SVIEngine:
@@ -433,6 +490,7 @@ class SVIEngine:
         jit=True,  # always compiled (jax.jit); the option is Pyro's
         compile_key=None,
         start=None,
+        persist=False,
     ):
         if elbo == "enum":
             from numpyro.contrib.funsor import config_enumerate
@@ -472,8 +530,18 @@ class SVIEngine:
             )
         compiled = _COMPILED.get(key) if key is not None else None
         if compiled is None:
+            # Kept on disk for a model of the zoo's own, on one device (the key then names it).
+            persist_key = repr(key) if persist and key is not None and not data_parallel else None
             compiled = _CompiledSVI(
-                model, guide, self.loss, lr, config, init_temperature, self.shardings
+                model,
+                guide,
+                self.loss,
+                lr,
+                config,
+                init_temperature,
+                self.shardings,
+                device,
+                persist_key,
             )
             if key is not None:
                 _COMPILED[key] = compiled
@@ -507,16 +575,8 @@ class SVIEngine:
         return flatten_params(self._compiled.get_params(state))
 
     def elbo(self, state, num_particles: int, seed: int, temperature=None) -> float:
-        loss = make_elbo(self.elbo_name, num_particles)
-        params = self.svi.get_params(state)
-        value = loss.loss(
-            jax.random.PRNGKey(seed),
-            params,
-            self.model,
-            self.guide,
-            self.data,
-            self.config,
-            temperature=temperature,
+        value = self._compiled.elbo(self.elbo_name, int(num_particles))(
+            state, jax.random.PRNGKey(seed), self.data, self._arrays, temperature
         )
         return -float(wait_for_step(value) if self._watch else value)
 

@@ -82,6 +82,11 @@ def compile_step(fn):
     return fn
 
 
+def compile_with_config(fn, config, *, name: str, key, device):
+    """``fn(*args, config)`` as a function of ``args``: NumPyro's compiles it; Pyro runs it."""
+    return lambda *args: fn(*args, config)
+
+
 ELBOS = {
     "trace": Trace_ELBO,
     "enum": TraceEnum_ELBO,
@@ -184,6 +189,7 @@ class SVIEngine:
         jit=False,
         compile_key=None,  # NumPyro's: Pyro compiles nothing ahead of a fit
         start=None,  # already in the model and guide
+        persist=False,  # NumPyro's: nothing compiled to keep
     ):
         self.data, self.config, self.device = data, config, device
         self.group_size = torch.distributed.get_world_size() if data_parallel else 1

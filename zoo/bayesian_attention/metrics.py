@@ -7,7 +7,6 @@ integer ``labels`` (N,), or scores and binary labels for :func:`auroc`.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
 
 __all__ = [
     "accuracy",
@@ -97,6 +96,8 @@ def auroc(scores, is_positive) -> float:
     """Area under the ROC curve of ``scores`` for separating positives from negatives: the
     probability that a random positive scores above a random negative, ties counting one half
     (Mann-Whitney U with average ranks)."""
+    import scipy.stats  # here, not at the top: it takes most of a second to import
+
     scores = np.asarray(scores, dtype=np.float64)
     positive = np.asarray(is_positive)
     if scores.ndim != 1 or positive.shape != scores.shape:
@@ -113,5 +114,5 @@ def auroc(scores, is_positive) -> float:
         raise ValueError(f"expected both classes; got {n_pos} positive, {n_neg} negative.")
     if not np.all(np.isfinite(scores)):
         raise ValueError("expected finite scores.")
-    ranks = rankdata(scores)  # average ranks for ties
+    ranks = scipy.stats.rankdata(scores)  # average ranks for ties
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))

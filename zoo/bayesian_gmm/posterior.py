@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import logsumexp
-from scipy.stats import wishart
 
 LOG_2PI = np.log(2 * np.pi)
 
@@ -26,6 +25,8 @@ def sample_posterior(params, config, family, rng, num_samples):
     ``family`` is ``"cavi"`` (mu_k | Lambda_k Normal-Wishart) or a fixed-form guide name (mu_k and
     Lambda_k independent). Stick-breaking weights are renormalised over the K components kept.
     """
+    import scipy.stats  # here, not at the top: it takes most of a second to import
+
     S = int(num_samples)
     if "stick_a" in params:
         weights = _stick_breaking(
@@ -38,7 +39,7 @@ def sample_posterior(params, config, family, rng, num_samples):
     K, d = means.shape
     precisions = np.stack(
         [
-            wishart(df=dof[k], scale=tril[k] @ tril[k].T)
+            scipy.stats.wishart(df=dof[k], scale=tril[k] @ tril[k].T)
             .rvs(size=S, random_state=rng)
             .reshape(S, d, d)
             for k in range(K)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import logsumexp
-from scipy.stats import beta, dirichlet
 
 
 def sample_posterior(params, config, family, rng, num_samples):
@@ -72,8 +71,10 @@ def log_joint(params, x, config) -> float:
     """``log p(X, weights, probs)`` with ``z`` summed out, in nats: the objective of EM and of
     SVI with the ``enum`` guide. ``params`` holds ``weights`` and ``probs`` (or the raw
     ``weights_map``, ``probs_map``). Uses scipy's densities, independently of the closed form."""
+    import scipy.stats  # here, not at the top: it takes most of a second to import
+
     w = np.asarray(params.get("weights", params.get("weights_map")))
     p = np.asarray(params.get("probs", params.get("probs_map")))
-    prior = dirichlet.logpdf(w, np.full(config.K, config.weight_concentration_prior))
-    prior += beta.logpdf(p, config.probs_prior_a, config.probs_prior_b).sum()
+    prior = scipy.stats.dirichlet.logpdf(w, np.full(config.K, config.weight_concentration_prior))
+    prior += scipy.stats.beta.logpdf(p, config.probs_prior_a, config.probs_prior_b).sum()
     return float(mixture_log_likelihood(w, p, x).sum() + prior)
