@@ -5,7 +5,8 @@
    run left (warm, the median of ``--repeats`` runs).
 2. The second of three identical fits in one process (seeds 0, 1, 2): its set-up plus first step.
 3. ``examples/gmm_compare.py`` end to end, against the sum of its tables' set-up, fit and
-   scoring columns (how much of the wait the tables account for), cold and warm; with
+   scoring columns (how much of the wait the tables account for) and against the time its fits
+   spent in steps after the first (what no start-up work can shorten), cold and warm; with
    ``--baseline CHECKOUT``, the same command of another checkout of the project beside it
    (an older commit, say), run first.
 
@@ -88,13 +89,15 @@ def small_fits(backends, size, repeats, scratch) -> list[dict]:
     return rows
 
 
-def table_seconds(out: Path) -> float:
-    """Seconds the example's tables account for: set-up, fit and scoring of every row."""
-    total = 0.0
+def table_seconds(out: Path) -> tuple[float, float]:
+    """Seconds the example's tables account for (set-up, fit and scoring of every row), and
+    of those the fits' steps after the first (what is left when start-up costs nothing)."""
+    total = steps = 0.0
     for name in ("table", "accuracy"):
         for row in json.loads((out / f"{name}.json").read_text()):
             total += row["wall_time_s"] + row.get("setup_s", 0.0) + row.get("evaluation_s", 0.0)
-    return total
+            steps += row["wall_time_s"] - row["first_step_s"]
+    return total, steps
 
 
 def example_runs(checkouts, quick, scratch) -> list[dict]:
@@ -107,7 +110,7 @@ def example_runs(checkouts, quick, scratch) -> list[dict]:
             wall, _ = run_process(
                 argv + (["--quick"] if quick else []), cache, cwd=checkout, pythonpath=checkout
             )
-            tables = table_seconds(out)
+            tables, steps = table_seconds(out)
             rows.append(
                 {
                     "checkout": label,
@@ -115,6 +118,8 @@ def example_runs(checkouts, quick, scratch) -> list[dict]:
                     "wall_s": wall,
                     "tables_s": tables,
                     "tables_share": tables / wall,
+                    "steps_s": steps,
+                    "not_stepping_s": wall - steps,
                 }
             )
     return rows
@@ -134,13 +139,14 @@ def markdown(fits, examples) -> str:
     if examples:
         lines += [
             "",
-            "| gmm_compare.py | cache | wall (s) | tables (s) | share |",
-            "|---|---|---|---|---|",
+            "| gmm_compare.py | cache | wall (s) | tables (s) | share | steps after the first "
+            "(s) | the rest (s) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in examples:
             lines.append(
                 f"| {r['checkout']} | {r['cache']} | {r['wall_s']:.1f} | {r['tables_s']:.1f} | "
-                f"{r['tables_share']:.0%} |"
+                f"{r['tables_share']:.0%} | {r['steps_s']:.1f} | {r['not_stepping_s']:.1f} |"
             )
     return "\n".join(lines)
 

@@ -118,10 +118,13 @@ def test_latency_quick(tmp_path):
 
 
 def test_latency_sums_the_example_tables(tmp_path):
-    """Set-up, fit and scoring of every row of both tables; a table without the set-up and
-    scoring columns (an older checkout's) counts its fits."""
+    """Set-up, fit and scoring of every row of both tables, and the steps after the first; a
+    table without the set-up and scoring columns (an older checkout's) counts its fits."""
     script = runpy.run_path(str(BENCHMARKS / "latency.py"), run_name="latency")
-    rows = [{"wall_time_s": 2.0, "setup_s": 0.5, "evaluation_s": 0.25}, {"wall_time_s": 1.0}]
+    rows = [
+        {"wall_time_s": 2.0, "first_step_s": 1.5, "setup_s": 0.5, "evaluation_s": 0.25},
+        {"wall_time_s": 1.0, "first_step_s": 0.5},
+    ]
     (tmp_path / "table.json").write_text(json.dumps(rows))
     (tmp_path / "accuracy.json").write_text(json.dumps(rows[:1]))
-    assert script["table_seconds"](tmp_path) == 2.75 + 1.0 + 2.75
+    assert script["table_seconds"](tmp_path) == (2.75 + 1.0 + 2.75, 0.5 + 0.5 + 0.5)

@@ -255,6 +255,7 @@ def test_a_new_process_loads_what_an_earlier_one_exported(tmp_path):
     assert first["loaded"] == 0 and first["exported"] == 4
     files = sorted((tmp_path / "exported").iterdir())
     assert [f.name.split("-")[0] for f in files] == ["init", "params", "start", "update"]
+    assert any((tmp_path / "jax").iterdir())  # XLA's executables, in JAX's cache
     second = fit_in_a_new_process(tmp_path)
     assert second["loaded"] == 4 and second["exported"] == 0
     without = svi(small_data(), seed=1)  # this process keeps nothing on disk
