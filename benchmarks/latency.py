@@ -100,12 +100,16 @@ def table_seconds(out: Path) -> tuple[float, float]:
     return total, steps
 
 
-def example_runs(checkouts, quick, scratch) -> list[dict]:
+def example_runs(checkouts, quick, scratch, keep=None) -> list[dict]:
+    """``keep``: a folder to write each run's tables and figures in (``baseline-cold``, ...)."""
     rows = []
     for label, checkout in checkouts:
         cache = Path(tempfile.mkdtemp(dir=scratch))
         for run in ("cold", "warm") if label == "this checkout" else ("cold",):
             out = Path(tempfile.mkdtemp(dir=scratch))
+            if keep is not None:
+                out = keep / f"{label.replace(' ', '-')}-{run}"
+                out.mkdir(parents=True, exist_ok=True)
             argv = [str(checkout / "examples/gmm_compare.py"), "--out", str(out)]
             wall, _ = run_process(
                 argv + (["--quick"] if quick else []), cache, cwd=checkout, pythonpath=checkout
@@ -160,6 +164,7 @@ def main(argv=None):
     parser.add_argument(
         "--baseline", type=Path, help="another checkout whose gmm_compare.py runs first"
     )
+    parser.add_argument("--keep", type=Path, help="keep the example's outputs in this folder")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     size = (200, 3, 20) if args.quick else (1000, 8, 200)  # points, components, steps
@@ -170,7 +175,7 @@ def main(argv=None):
         if not args.no_example:
             checkouts = [("baseline", args.baseline.resolve())] if args.baseline else []
             checkouts.append(("this checkout", ROOT))
-            examples = example_runs(checkouts, args.quick, scratch)
+            examples = example_runs(checkouts, args.quick, scratch, args.keep)
     result = {"size": dict(zip(("n", "K", "steps"), size, strict=True)), "fits": fits}
     result["examples"] = examples
     print(markdown(fits, examples))
