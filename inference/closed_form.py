@@ -11,7 +11,6 @@ shares (``init``); other models from their own starting point.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,23 +127,16 @@ def start_values(problem: Problem, init) -> dict[str, np.ndarray] | None:
     updates = problem.spec.updates
     if updates is None or updates.start != "responsibilities":
         return None
-    back, device, spec = problem.backend, problem.device, problem.spec
-    start = updates.initial_point(spec.name, problem.data, problem.config, init, problem.seed)
-    config = back.backend_config(problem.config, device, "float64")
-    compute = back.compile_with_config(
-        functools.partial(updates.start_params, xp=back.ops),
-        config,
-        name="start",
-        key=(spec.name, updates.module) if spec.built_in else None,
-        device=device,
+    back, device = problem.backend, problem.device
+    start = updates.initial_point(
+        problem.spec.name, problem.data, problem.config, init, problem.seed
     )
     return updates.guide_start(
         problem.data,
         start,
-        config,
+        back.backend_config(problem.config, device, "float64"),
         back.ops,
         lambda a: back.asarray(a, device, "float64"),
         back.to_numpy,
-        advice=spec.numerical_advice,
-        compute=compute,
+        advice=problem.spec.numerical_advice,
     )

@@ -27,7 +27,6 @@ defines it, evaluates a fit's ELBO over data read in chunks
 
 from __future__ import annotations
 
-import functools
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
@@ -139,26 +138,17 @@ class ClosedFormUpdates:
     def raw_params(self, state, cache, xp) -> dict:
         return self.load().raw_params(state, cache, xp)
 
-    def start_params(self, data: dict, start, config, xp) -> dict:
-        """The raw parameters (backend arrays) after one update from ``start`` (backend
-        responsibilities): a pure function of its arrays, which a backend may compile."""
-        state, cache = self.init(data, start, config, xp)
-        return self.raw_params(state, cache, xp)
-
-    def guide_start(
-        self, data: dict, start, config, xp, asarray, to_numpy, advice: str = "", compute=None
-    ):
+    def guide_start(self, data: dict, start, config, xp, asarray, to_numpy, advice: str = ""):
         """The SVI guides' starting values (numpy) after one update from ``start`` (numpy
         responsibilities), for updates that start from responsibilities; else None (the guides
         start from their own values). ``asarray``/``to_numpy`` move arrays to the backend of
-        ``config`` and ``xp`` and back; ``compute(data, start)``, if given, replaces
-        :meth:`start_params` with ``config`` (its compiled form)."""
+        ``config`` and ``xp`` and back."""
         if self.start != "responsibilities":
             return None
-        if compute is None:
-            compute = functools.partial(self.start_params, config=config, xp=xp)
-        raw = compute({k: asarray(v) for k, v in data.items()}, asarray(start))
-        raw = {k: to_numpy(v) for k, v in raw.items()}
+        state, cache = self.init(
+            {k: asarray(v) for k, v in data.items()}, asarray(start), config, xp
+        )
+        raw = {k: to_numpy(v) for k, v in self.raw_params(state, cache, xp).items()}
         if not all(np.isfinite(v).all() for v in raw.values()):
             raise ValueError(
                 "The starting parameters (one closed-form update from the initial "

@@ -60,28 +60,6 @@ def compile_step(fn):
     return jax.jit(fn)
 
 
-#: Functions of :func:`compile_with_config` compiled in this process, by key.
-_FUNCTIONS: dict = {}
-
-
-def compile_with_config(fn, config, *, name: str, key, device):
-    """``fn(*args, config)`` as a function of ``args``, compiled with the config's arrays as
-    arguments (its other fields are part of the computation): once per process for each
-    ``key`` (the caller's name for ``fn``) and config structure, and kept across processes
-    (``exported``). Without a key, ``fn`` runs as it is, op by op: it may not be traceable."""
-    if key is None:
-        return lambda *args: fn(*args, config)
-    full_key = repr((key, name, _config_key(config), str(device)))
-    compiled = _FUNCTIONS.get(full_key)
-    if compiled is None:
-        static = config
-        compiled = _FUNCTIONS[full_key] = exported.PersistentFunction(
-            lambda arrays, *args: fn(*args, _with_arrays(static, arrays)), name, full_key, device
-        )
-    arrays = _config_arrays(config)
-    return lambda *args: compiled(arrays, *args)
-
-
 def make_elbo(name: str, num_particles: int):
     """NumPyro's estimator for ``name`` (``inference.svi.ELBOS`` lists and explains them)."""
     from numpyro.infer import RenyiELBO, TraceMeanField_ELBO
@@ -441,7 +419,6 @@ _COMPILED: dict = {}
 def clear_compiled() -> None:
     """Forget the compiled functions of earlier fits (the next fit of each structure compiles)."""
     _COMPILED.clear()
-    _FUNCTIONS.clear()
 
 
 class SVIEngine:

@@ -82,11 +82,6 @@ def compile_step(fn):
     return fn
 
 
-def compile_with_config(fn, config, *, name: str, key, device):
-    """``fn(*args, config)`` as a function of ``args``: NumPyro's compiles it; Pyro runs it."""
-    return lambda *args: fn(*args, config)
-
-
 ELBOS = {
     "trace": Trace_ELBO,
     "enum": TraceEnum_ELBO,
