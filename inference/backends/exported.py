@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import operator
 import sys
 import warnings
 from collections.abc import Callable
@@ -76,15 +77,22 @@ def _settings() -> str:
     return repr((values, distribution._VALIDATION_ENABLED))
 
 
+_FORM = operator.attrgetter("shape", "dtype", "weak_type")
+
+
 def signature(args) -> tuple:
-    """The structure, shapes, dtypes and weak types of ``args``: what a compilation depends on."""
+    """The structure, shapes, dtypes and weak types of ``args``: what a compilation depends on.
+    (Computed at every step: JAX arrays take the fast path.)"""
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    return treedef, tuple(
-        (x.shape, x.dtype, getattr(x, "weak_type", False))
-        if hasattr(x, "dtype")
-        else (type(x).__name__,)  # a Python scalar: weakly typed
-        for x in leaves
-    )
+    try:
+        return treedef, tuple(map(_FORM, leaves))
+    except AttributeError:  # a numpy array or a Python scalar among them
+        return treedef, tuple(
+            (x.shape, x.dtype, getattr(x, "weak_type", False))
+            if hasattr(x, "dtype")
+            else (type(x).__name__,)  # a Python scalar: weakly typed
+            for x in leaves
+        )
 
 
 def file_for(name: str, key: str, args, platform: str, folder: Path) -> Path:
