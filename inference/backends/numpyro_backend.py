@@ -216,17 +216,11 @@ def _with_arrays(config, arrays: dict):
     return dataclasses.replace(config, **arrays)
 
 
-def _avals(tree) -> tuple:
-    """Shapes and dtypes of a pytree's leaves with its structure: what a compilation depends on."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    return treedef, tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves)
-
-
 def _config_key(config) -> str:
     """The config with each array replaced by its shape and dtype: its static part (``K``,
     string options, float priors) and the form of its arrays."""
     arrays = _config_arrays(config)
-    return repr(_with_arrays(config, {k: _avals(v)[1] for k, v in arrays.items()}))
+    return repr(_with_arrays(config, {k: exported.signature(v)[1] for k, v in arrays.items()}))
 
 
 class _ParamStarts(numpyro.primitives.Messenger):
@@ -422,14 +416,14 @@ def clear_compiled() -> None:
 
 
 class SVIEngine:
-    """``numpyro.infer.SVI`` with a jit-compiled initialisation and update; the state is a pure
-    pytree.
+    """``numpyro.infer.SVI`` with a jit-compiled initialisation and update; the state is the
+    flat tuple of the leaves of NumPyro's SVI state.
 
     ``step(state, temperature, rows)`` returns the next state after a step on ``data``
     restricted to ``rows`` (all rows if None); the rows are gathered inside the compiled update,
     so the data stay on the device. ``step(state, temperature, batch=...)`` trains on a
     minibatch given as backend arrays instead (data that are not held in memory,
-    ``inference.streaming``). States are NumPyro's SVI states, pytrees the engine never changes.
+    ``inference.streaming``). States are tuples of arrays the engine never changes.
 
     Compile once per structure: with a ``compile_key`` (what the caller's model and guide are:
     the model's and guide's names, say) the compiled functions are kept for the process, under
@@ -486,8 +480,7 @@ class SVIEngine:
             else:
                 data = jax.device_put(data, replicated)  # rows gathered, then split
         self.loss = make_elbo(elbo, num_particles)
-        self.model, self.guide, self.data, self.config = model, guide, data, config
-        self.elbo_name, self.device = elbo, device
+        self.data, self.config, self.elbo_name, self.device = data, config, elbo, device
         self._arrays = _config_arrays(config)
         placement = device if self.shardings is None else self.shardings[1]
         key = None
@@ -501,9 +494,9 @@ class SVIEngine:
                 str(device),
                 self.shardings is not None and len(jax.devices()),
                 batch_rows,
-                _avals(data),
+                exported.signature(data),
                 _config_key(config),
-                _avals(start or {}),  # which sites start from given values
+                exported.signature(start or {}),  # which sites start from given values
             )
         compiled = _COMPILED.get(key) if key is not None else None
         if compiled is None:
