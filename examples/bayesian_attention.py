@@ -1,4 +1,7 @@
-"""Bayesian attention on MNIST: softmax, Weibull and log-normal attention, same transformer.
+"""Bayesian attention on MNIST
+===========================
+
+Softmax, Weibull and log-normal attention in the same transformer.
 
 Fits ``bam_classifier`` (a small patch transformer, 7x7 patches -> 16 tokens) with each attention
 variant under the same budget (architecture, optimiser, steps, batch size) for every training-set

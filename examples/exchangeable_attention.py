@@ -1,4 +1,7 @@
-"""How close is an attention posterior q(z | X) to the exact P(z | X) as sequences grow?
+"""Attention as inference of exchangeable tokens
+=============================================
+
+How close is an attention posterior q(z | X) to the exact P(z | X) as sequences grow?
 
 Model ``exchangeable_tokens`` (``zoo.exchangeable``): ``z ~ Categorical(K)`` per sequence, tokens
 ``x_i | z ~ Normal(mu_z, s^2 I)`` iid. The attention guide's only operation across tokens is one
@@ -133,7 +136,7 @@ def plot(lengths, rows, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--K", type=int, default=4, help="components")
     parser.add_argument("--dim", type=int, default=2, help="token dimension D")
     parser.add_argument("--separation", type=float, default=0.5, help="radius of the means")

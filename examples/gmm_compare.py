@@ -1,4 +1,7 @@
-"""Compare CAVI, EM, SVI (enumerated and Gumbel-softmax guides) and NUTS on the Bayesian GMM.
+"""CAVI, EM, SVI and NUTS on the Bayesian GMM
+==========================================
+
+Compare CAVI, EM, SVI (enumerated and Gumbel-softmax guides) and NUTS on the Bayesian GMM.
 
 The structured updates (CAVI, EM) reach their optimum in a few dozen sweeps; gradient-based SVI
 on the same model needs thousands of noisy steps. A second comparison, with as many components
@@ -125,7 +128,7 @@ def write_table(table, out, name):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a few steps of each, for tests")
     parser.add_argument("--n", type=int, default=1000, help="training points (same again held out)")
     parser.add_argument("--K", type=int, default=8, help="components of the speed comparison")

@@ -1,4 +1,7 @@
-"""Complete the lower half of binarized MNIST digits from the upper half with a Bernoulli mixture.
+"""MNIST completion: a mixture's posterior over components is attention
+====================================================================
+
+Complete the lower half of binarized MNIST digits from the upper half with a Bernoulli mixture.
 
 Fits ``bernoulli_mixture`` by MAP-EM on the training images (Larochelle & Murray's fixed
 binarization, ``zoo.datasets.load_binarized_mnist``), then on the test images reports, per image
@@ -124,7 +127,7 @@ def plot_completions(x, completion, params, path, num=10, top=8):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--K", type=int, nargs="+", default=[50], help="numbers of components")
     parser.add_argument(
         "--train-on",

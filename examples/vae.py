@@ -1,4 +1,7 @@
-"""Train the zoo's VAE on binarized MNIST and evaluate it as Burda et al. (2016) do.
+"""A VAE on binarized MNIST
+========================
+
+Train the zoo's VAE on binarized MNIST and evaluate it as Burda et al. (2016) do.
 
 Two protocols:
 

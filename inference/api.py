@@ -103,7 +103,34 @@ def _check_run_options(seed, num_steps, tol, checkpoint_every, callback) -> None
 
 
 class ConcurrentFitError(RuntimeError):
-    """A fit started while another was running in the same process."""
+    """A fit started while another was running in the same process.
+
+    Fits share process-wide state (Pyro's parameter store, NumPyro's effect handlers), so
+    :func:`fit` runs them one at a time per process: a second fit, from another thread or from
+    a ``callback`` of the first, fails at its start with this error naming the first. Run fits
+    in parallel in separate processes (``multiprocessing``,
+    ``concurrent.futures.ProcessPoolExecutor``). A ``RuntimeError``.
+
+    Parameters
+    ----------
+    message : str
+        What happened and what to do instead.
+
+    Examples
+    --------
+    A fit started from the callback of another:
+
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    >>> def fit_again(step, state, info):
+    ...     inference.fit("gmm", data, "em", "pyro", K=2, progress=False)
+    >>> try:
+    ...     inference.fit("gmm", data, "em", "pyro", K=2, progress=False, callback=fit_again)
+    ... except inference.ConcurrentFitError as err:
+    ...     print(err)
+    Another fit is running in this process, in this thread (a fit started from a callback?). ...
+    """
 
 
 _FIT_RUNNING = threading.Lock()
@@ -220,17 +247,79 @@ def fit(
         ``prepare``; for ``bayesian_gmm``: ``K``, ``weight_prior``, priors). An option that
         neither takes, or that the fit would ignore, is an error.
 
+    Returns
+    -------
+    FitResult
+        The fitted parameters (``params``, ``raw_params``), the objective per step
+        (``history``, a dict of arrays keyed by name), whether the run converged, its timings,
+        and methods that draw from the fitted posterior and score new data.
+
     Raises
     ------
     ValueError, TypeError
-        Bad data or options, naming the argument.
+        Bad data or options, naming the argument: an unknown model, algorithm or backend, an
+        algorithm the model does not support, data that break the model's data contract, an
+        option that neither the algorithm nor the model takes (or that this fit would ignore),
+        a ``checkpoint=`` path that is a directory or cannot be written.
     inference.CheckpointError
-        ``checkpoint=`` names a file that is not a checkpoint (it is never overwritten), a
-        checkpoint of another run (on resume), or one another fit is writing.
+        ``checkpoint=`` names a file that is not a checkpoint (it is never overwritten), or a
+        checkpoint of another run (on resume).
+    inference.CheckpointInUseError
+        Another fit, in this process or another, is writing the same checkpoint (a
+        ``CheckpointError``).
     inference.ConcurrentFitError
         Another fit is running in this process: fits run one at a time per process.
     inference.NonFiniteObjectiveError
         The objective became NaN or inf; ``error.result`` holds the last good parameters.
+    inference.DataError
+        With data not held in memory: a minibatch that cannot be used (NaN or inf, another
+        shape than the first), or :class:`StreamEndedError` (a ``DataError``) when a stream of
+        minibatches ends before ``num_steps``.
+
+    See Also
+    --------
+    compare : Fit several algorithms, guides, backends and seeds, and tabulate the runs.
+    load : Read a result written by :meth:`FitResult.save`.
+
+    Examples
+    --------
+    Maximum-likelihood EM on a small synthetic data set (the model's own generator):
+
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    >>> data["x"].shape
+    (100, 2)
+    >>> res = inference.fit("gmm", data, "em", "pyro", K=2, progress=False)
+    >>> res.converged, res.num_steps
+    (True, 8)
+    >>> print(f"{res.objective_per_point:.2f} nats per point")
+    -4.71 nats per point
+    >>> res.params["weights"].round(2)
+    array([0.17, 0.83])
+
+    The history is a dict of arrays keyed by name, one entry per step:
+
+    >>> sorted(res.history)
+    ['objective', 'step', 'time']
+    >>> res.history["objective"][:3].round(1)
+    array([-475.4, -473.3, -471.9])
+
+    Coordinate-ascent VI on the Bayesian mixture, for a fixed number of steps (``tol=0`` never
+    stops early):
+
+    >>> res = inference.fit(
+    ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+    ... )
+    >>> res.algorithm, res.num_steps, res.converged
+    ('cavi', 20, False)
+
+    An option that neither the algorithm nor the model takes is an error:
+
+    >>> inference.fit("gmm", data, "em", "pyro", K=2, lr=0.1, progress=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: lr= is an option of algorithm 'svi'; algorithm 'em' does not take it (got lr=0.1).
     """
     started = time.perf_counter()
     setup = None  # seconds before the first step, once the loop starts

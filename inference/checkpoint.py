@@ -27,7 +27,32 @@ EXPANSION_SLACK = 1 << 20
 
 
 class CheckpointError(ValueError):
-    """A checkpoint or saved fit that cannot be read, or that belongs to another run."""
+    """A checkpoint or saved fit that cannot be read, or that belongs to another run.
+
+    Raised by :func:`inference.load` for a file that is not a saved fit (or is damaged), and by
+    :func:`inference.fit` for ``checkpoint=`` naming an existing file that is not a checkpoint
+    (never overwritten) or, on ``resume=True``, a checkpoint of another run. A ``ValueError``;
+    :class:`~inference.CheckpointInUseError` is one too.
+
+    Parameters
+    ----------
+    message : str
+        Which file, and what is wrong with it.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import inference
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "notes.txt")
+    ...     with open(path, "w") as f:
+    ...         _ = f.write("not a fit")
+    ...     try:
+    ...         inference.load(path)
+    ...     except inference.CheckpointError as err:
+    ...         print(err)
+    '...notes.txt' is not a zoo file, or is corrupt or truncated (no readable zip archive: ...).
+    """
 
 
 def _plain(value):

@@ -22,7 +22,36 @@ LOCK_SUFFIX = ".lock"
 
 
 class CheckpointInUseError(CheckpointError):
-    """Another fit, in this process or another, is writing the same checkpoint."""
+    """Another fit, in this process or another, is writing the same checkpoint.
+
+    A fit holds an OS lock on ``<checkpoint>.lock`` from its start (or resume) to its last
+    write; a second fit naming the same ``checkpoint=`` fails at its start with this error,
+    naming the process that holds the lock. The lock is released by the OS if that process
+    dies. A :class:`~inference.CheckpointError`.
+
+    Parameters
+    ----------
+    message : str
+        Which file, who holds it, and what to do.
+
+    Examples
+    --------
+    Hold the lock as a running fit would, then start a fit on the same file:
+
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> from inference.checkpoint_guard import exclusive
+    >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "run.ckpt")
+    ...     with exclusive(path):
+    ...         try:
+    ...             inference.fit("gmm", data, "em", "pyro", K=2, progress=False, checkpoint=path)
+    ...         except inference.CheckpointInUseError as err:
+    ...             print("is being written by another fit in this process" in str(err))
+    True
+    """
 
 
 def check_path(path, *, resume: bool) -> str:

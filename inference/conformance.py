@@ -104,7 +104,32 @@ def supported_runs(spec: ModelSpec, algorithms=None, backends=None) -> list[tupl
 
 @dataclass
 class CheckResult:
-    """One check of :func:`check_model`: ``status`` is ``"pass"``, ``"fail"`` or ``"skip"``."""
+    """One check of :func:`check_model`: ``status`` is ``"pass"``, ``"fail"`` or ``"skip"``.
+
+    Attributes
+    ----------
+    name : str
+        ``"registration"``, ``"twins_and_log_joint"`` or ``"<algorithm>/<backend>"``.
+    contract : str
+        What the check requires, in words.
+    status : {"pass", "fail", "skip"}
+        Its outcome.
+    message : str
+        Why it failed or was skipped (empty when it passed).
+    seconds : float
+        How long it ran.
+
+    Examples
+    --------
+    >>> from inference.conformance import check_model
+    >>> report = check_model("gmm", algorithms=["em"], backends=["pyro"], num_steps=5)
+    >>> check = report["em/pyro"]
+    >>> check.status, check.passed, check.message
+    ('pass', True, '')
+    >>> print(check.contract)
+    a short fit runs, its objective is finite and improves, and it gives posterior draws
+    (to_arviz) or per-datum ELBOs
+    """
 
     name: str
     contract: str
@@ -114,6 +139,7 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
+        """Whether the check passed (``status == "pass"``)."""
         return self.status == "pass"
 
 
@@ -121,17 +147,55 @@ class CheckResult:
 class ConformanceReport:
     """What :func:`check_model` found. ``print(report)`` shows every check; ``report.passed``
     is True when all passed; ``report.raise_for_failures()`` raises ``AssertionError`` with the
-    report (for a test)."""
+    report (for a test).
+
+    ``report[name]`` is the :class:`CheckResult` of the check ``name`` (a ``KeyError`` listing
+    the checks for another name).
+
+    Attributes
+    ----------
+    model : str
+        The checked model's name.
+    results : list of CheckResult
+        The checks, in the order they ran.
+
+    Examples
+    --------
+    A spec whose NumPyro twin names a module that does not exist fails its registration
+    check, and the checks after it are skipped:
+
+    >>> import dataclasses
+    >>> import zoo
+    >>> from inference.conformance import check_model
+    >>> spec = zoo.get_model("gmm")
+    >>> broken = dataclasses.replace(
+    ...     spec, name="gmm_broken", backends={**spec.backends, "numpyro": "no_such_module"}
+    ... )
+    >>> report = check_model(broken, algorithms=["em"], backends=["pyro"])
+    >>> report.passed, [(r.name, r.status) for r in report.results]
+    (False, [('registration', 'fail'), ('twins_and_log_joint', 'skip'), ('em/pyro', 'skip')])
+    >>> print(report)  # doctest: +ELLIPSIS
+    check_model('gmm_broken'): 0 passed, 1 failed, 2 skipped
+      FAIL  registration ... a complete spec; both twins import and trace on make_data's data ...
+            Model 'gmm_broken': its NumPyro twin 'no_such_module' does not import: ...
+      SKIP  twins_and_log_joint ...
+    >>> report.raise_for_failures()
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_model('gmm_broken'): 0 passed, 1 failed, 2 skipped ...
+    """
 
     model: str
     results: list[CheckResult] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
+        """Whether every check passed (a skipped check is not a pass)."""
         return all(r.passed for r in self.results)
 
     @property
     def failures(self) -> list[CheckResult]:
+        """The checks that failed, in the order they ran."""
         return [r for r in self.results if r.status == "fail"]
 
     def __getitem__(self, name: str) -> CheckResult:
@@ -156,6 +220,17 @@ class ConformanceReport:
         return "\n".join(lines)
 
     def raise_for_failures(self) -> None:
+        """Raise when a check did not pass: for a test, whose failure then shows the report.
+
+        Returns
+        -------
+        None
+
+        Raises
+        ------
+        AssertionError
+            With ``str(report)`` as its message, when a check failed or was skipped.
+        """
         if not self.passed:
             raise AssertionError(str(self))
 
@@ -173,6 +248,56 @@ def check_model(
     example problem (default: ``spec.example_options``). When registration fails the rest are
     skipped: their failures would only repeat it. Never raises for a failing model; read the
     report (``report.passed``, ``print(report)``).
+
+    The example problem is a small data set from ``spec.make_data``; each fit runs on it with
+    ``tol=0`` and no progress bar. The cheap checks alone, without fitting, are
+    :func:`zoo.testing.check_spec` and :func:`zoo.testing.check_registration`.
+
+    Parameters
+    ----------
+    spec : ModelSpec or str
+        The model, or the name of a registered one.
+    algorithms : sequence of str, optional
+        Fit only with these (registered) algorithms; default: every registered algorithm
+        (``inference.list_algorithms()``). Those the model does not support are left out.
+    backends : sequence of str, optional
+        ``"pyro"``, ``"numpyro"``; default: both.
+    num_steps : int
+        The length of each short fit.
+    **options
+        Model options for the example problem, over ``spec.example_options``.
+
+    Returns
+    -------
+    ConformanceReport
+        Every check with its outcome, message and time: ``report.passed``,
+        ``report.failures``, ``report["em/pyro"]``, ``print(report)``.
+
+    Raises
+    ------
+    ValueError
+        An unknown algorithm or backend in ``algorithms`` or ``backends``, or ``spec`` names
+        no registered model.
+    TypeError
+        ``spec`` is neither a ``ModelSpec`` nor a str.
+
+    Examples
+    --------
+    The mixture model's checks, with one short EM fit on Pyro:
+
+    >>> from inference.conformance import check_model
+    >>> report = check_model("gmm", algorithms=["em"], backends=["pyro"], num_steps=5)
+    >>> report.passed
+    True
+    >>> [(check.name, check.status) for check in report.results]
+    [('registration', 'pass'), ('twins_and_log_joint', 'pass'), ('em/pyro', 'pass')]
+    >>> print(report)  # doctest: +ELLIPSIS
+    check_model('gmm'): 3 passed, 0 failed, 0 skipped
+      PASS  registration ... s  a complete spec; both twins import and trace on make_data's data ...
+      PASS  twins_and_log_joint ... s  both twins give the same log-joint at the same point
+      PASS  em/pyro ... s  a short fit runs, its objective is finite and improves, ...
+
+    In a test, ``report.raise_for_failures()`` fails with the whole report.
     """
     if not isinstance(spec, ModelSpec):
         spec = get_model(spec, check=False)

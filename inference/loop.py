@@ -21,7 +21,41 @@ RUNNING_MEAN_STEPS = 100
 
 
 class NonFiniteObjectiveError(FloatingPointError):
-    """The objective became NaN or inf; ``.result`` holds the last good parameters."""
+    """The objective became NaN or inf; ``.result`` holds the last good parameters.
+
+    The message names the step, the parameters that are not finite, and what to try (the
+    algorithm's advice, such as a lower learning rate, then the model's, such as a larger
+    ``reg_covar``). A ``FloatingPointError``.
+
+    Parameters
+    ----------
+    message : str
+        What failed, which parameters are kept, and what to try.
+    result : FitResult, optional
+        The result to keep.
+
+    Attributes
+    ----------
+    result : FitResult or None
+        The result of the last step whose parameters are finite; else the parameters of the
+        failing step as they are, or None when no result could be made.
+
+    Examples
+    --------
+    EM without covariance regularisation on data with repeated points: a component collapses
+    onto one point and its covariance becomes singular.
+
+    >>> import numpy as np
+    >>> import inference
+    >>> x = np.repeat([[0.0, 0.0], [1.0, 1.0]], 3, axis=0)
+    >>> try:
+    ...     inference.fit("gmm", {"x": x}, "em", "pyro", K=2, reg_covar=0.0, progress=False)
+    ... except inference.NonFiniteObjectiveError as err:
+    ...     print(str(err).split(";")[0])
+    ...     print(type(err.result).__name__)
+    The objective became nan at step 1
+    FitResult
+    """
 
     def __init__(self, message, result=None):
         super().__init__(message)

@@ -40,16 +40,27 @@ CHAIN_METHODS = ("sequential", "vectorized")
 class NUTSOptions:
     """NUTS's options.
 
-    num_chains : independent chains (r-hat compares them).
-    num_warmup : iterations per chain that adapt the step size and mass matrix (discarded).
-    num_draws : draws kept per chain after the warm-up.
-    target_accept_prob : the acceptance rate the step-size adaptation aims for.
-    max_tree_depth : at most ``2**max_tree_depth - 1`` leapfrog steps per iteration.
-    dense_mass : adapt a dense mass matrix (else diagonal).
-    chain_method : NumPyro: ``"sequential"`` runs chains one after another, as
-        ``numpyro.infer.MCMC`` does on one device; ``"vectorized"`` advances them together
-        (``vmap``), which suits a GPU. Pyro runs them one after another.
-    chunk_size : iterations per step of the loop (progress and checkpoints come between steps).
+    Parameters
+    ----------
+    num_chains : int
+        Independent chains (r-hat compares them), ``>= 1``.
+    num_warmup : int
+        Iterations per chain that adapt the step size and mass matrix (discarded), ``>= 0``.
+    num_draws : int
+        Draws kept per chain after the warm-up, ``>= 1``.
+    target_accept_prob : float
+        The acceptance rate the step-size adaptation aims for, in (0, 1).
+    max_tree_depth : int
+        At most ``2**max_tree_depth - 1`` leapfrog steps per iteration.
+    dense_mass : bool
+        Adapt a dense mass matrix (else diagonal).
+    chain_method : {"sequential", "vectorized"}
+        NumPyro: ``"sequential"`` runs chains one after another, as ``numpyro.infer.MCMC``
+        does on one device; ``"vectorized"`` advances them together (``vmap``), which suits a
+        GPU. Pyro runs them one after another (``"vectorized"`` is an error there).
+    chunk_size : int
+        Iterations per step of the loop (progress and checkpoints come between steps): a run
+        is ``ceil((num_warmup + num_draws) / chunk_size)`` steps.
     """
 
     num_chains: int = 4

@@ -54,13 +54,62 @@ def unregister_algorithm(name: str) -> Algorithm:
 
 
 def list_algorithms() -> list[str]:
-    """Names of the registered algorithms (built in, registered, installed plugins), sorted."""
+    """Names of the registered algorithms (built in, registered, installed plugins), sorted.
+
+    Installed plugins (entry-point group ``inference.algorithms``) are loaded the first time
+    the registry is listed or queried.
+
+    Returns
+    -------
+    list of str
+        The names :func:`inference.fit` takes as ``algorithm``.
+
+    Examples
+    --------
+    >>> import inference
+    >>> names = inference.list_algorithms()
+    >>> [name for name in ["cavi", "em", "nuts", "svi", "svi-natural"] if name in names]
+    ['cavi', 'em', 'nuts', 'svi', 'svi-natural']
+    """
     _load_plugins_once()
     return sorted(_REGISTRY)
 
 
 def get_algorithm(name: str) -> Algorithm:
-    """The algorithm registered under ``name``."""
+    """The algorithm registered under ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A registered name (:func:`list_algorithms`).
+
+    Returns
+    -------
+    inference.Algorithm
+        The algorithm: its ``name``, its ``traits`` (what it estimates, its objective, whether
+        it takes minibatches, its default length), its ``Options`` and which models it
+        ``supports``.
+
+    Raises
+    ------
+    TypeError
+        ``name`` is not a str.
+    ValueError
+        No algorithm is registered under ``name``; the message lists the valid names.
+
+    Examples
+    --------
+    >>> import inference, zoo
+    >>> em = inference.get_algorithm("em")
+    >>> em.name, em.traits.estimate, em.traits.minibatch
+    ('em', 'point', False)
+    >>> em.supports(zoo.get_model("gmm")), em.supports(zoo.get_model("bayesian_gmm"))
+    (True, False)
+    >>> inference.get_algorithm("adam")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown algorithm 'adam'; valid algorithms are [...].
+    """
     if not isinstance(name, str):
         raise TypeError(f"algorithm must be a name (str); got {type(name).__name__}.")
     _load_plugins_once()

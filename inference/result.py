@@ -20,18 +20,81 @@ from zoo import get_model
 class FitResult:
     """The fitted parameters, the objective's history and timings of one run.
 
+    What :func:`inference.fit` returns and :func:`inference.load` reads back; backend-neutral
+    (every array is numpy), saved without pickle (:meth:`save`).
+
     Attributes
     ----------
+    model : str
+        The fitted model's registered name.
+    algorithm : str
+        The algorithm's registered name (``"cavi"``, ``"em"``, ``"svi"``, ...).
+    backend : str
+        ``"pyro"`` or ``"numpyro"``.
+    guide : str or None
+        The guide an SVI fit used; None for algorithms without one (closed-form updates,
+        samplers).
     params : dict of str to ndarray
         User-facing parameters (for mixtures: ``weights``, ``means``, ``covariances`` in
         scikit-learn's conventions).
     raw_params : dict of str to ndarray
         The algorithm's own parameters (variational parameters, named as the guide's params).
+    config : dataclass
+        The model configuration ``prepare`` built from the data and the model's options
+        (priors as numpy arrays).
     history : dict of str to ndarray
         ``step``, ``objective`` (nats, summed over data points) and ``time`` (seconds since the
-        start of the loop) per step.
-    objective : float
-        The last objective: the ELBO, or the log-likelihood for EM, in nats (sum over points).
+        start of the loop) per step, keyed by name: ``res.history["objective"]`` is the
+        objective at every step (``res.history[0]`` is a ``KeyError``). With validation data
+        also ``validation``, the held-out per-point ELBO at each evaluation.
+    converged : bool
+        Whether the run stopped because the objective per point changed by less than ``tol``.
+    timing : dict of str to float
+        Seconds: ``total`` (the steps), ``per_step`` (the median step), ``first_step`` (with
+        its compilation), ``setup`` (from the call to the first step) and, from
+        :func:`inference.fit`, ``wall`` (the whole call).
+    num_data : int
+        The number of data points (rows) fitted.
+    seed : int
+        The run's seed.
+    options : dict
+        The options the run was made with, as recorded in its checkpoints.
+    data : dict of str to ndarray or None
+        The training data, kept in memory only (not saved); the default data of
+        :meth:`to_arviz`.
+    best_step : int or None
+        With validation data: the step whose parameters these are.
+    draws : dict of str to ndarray or None
+        A sampler's draws of the model's latent sites, shaped (chains, draws, ...).
+    sample_stats : dict of str to ndarray or None
+        A sampler's statistics per draw (``diverging``, ``step_size``, ...), shaped (chains,
+        draws).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    >>> res = inference.fit(
+    ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+    ... )
+    >>> res.model, res.algorithm, res.backend, res.num_data
+    ('bayesian_gmm', 'cavi', 'pyro', 100)
+    >>> sorted(res.params)
+    ['covariances', 'means', 'n_effective_components', 'weights']
+    >>> res.params["weights"].round(2)
+    array([0.74, 0.26])
+
+    ``history`` is a dict of arrays keyed by name, not a list of steps:
+
+    >>> sorted(res.history)
+    ['objective', 'step', 'time']
+    >>> res.history["objective"].shape
+    (20,)
+    >>> res.history[0]
+    Traceback (most recent call last):
+    ...
+    KeyError: 0
     """
 
     model: str
@@ -55,16 +118,59 @@ class FitResult:
 
     @property
     def objective(self) -> float:
+        """The last objective, in nats (sum over points).
+
+        The ELBO, or the log-likelihood for EM; NaN when the run took no step.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> round(res.objective, 2)
+        -470.12
+        >>> res.objective == float(res.history["objective"][-1])
+        True
+        """
         return (
             float(self.history["objective"][-1]) if len(self.history["objective"]) else float("nan")
         )
 
     @property
     def objective_per_point(self) -> float:
+        """The last objective per data point, in nats (:attr:`objective` / :attr:`num_data`).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> round(res.objective_per_point, 3)
+        -4.701
+        """
         return self.objective / self.num_data
 
     @property
     def num_steps(self) -> int:
+        """The number of steps the run took (the length of ``history["objective"]``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> res.num_steps
+        20
+        """
         return len(self.history["objective"])
 
     def sample_posterior(self, num_samples: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
@@ -72,6 +178,42 @@ class FitResult:
 
         A sampler's result gives its own draws, pooled over chains: all of them when
         ``num_samples`` is at least their number, else ``num_samples`` evenly spaced ones.
+
+        Parameters
+        ----------
+        num_samples : int
+            How many draws.
+        seed : int
+            Seeds the draws (unused for a sampler's result).
+
+        Returns
+        -------
+        dict of str to ndarray
+            The model's global latents as ``spec.sample_posterior`` names them, each with a
+            leading axis of ``num_samples`` draws (for mixtures: ``weights`` (S, K), ``means``
+            (S, K, D), ``precisions`` (S, K, D, D)).
+
+        Raises
+        ------
+        ValueError
+            The model has no global latent variables (e.g. a VAE: score it with
+            :meth:`log_marginal_likelihood` or :meth:`elbo`), or ``num_samples`` is below 1.
+        TypeError
+            ``num_samples`` is not an int.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> draws = res.sample_posterior(num_samples=200, seed=0)
+        >>> {name: value.shape for name, value in draws.items()}
+        {'weights': (200, 2), 'means': (200, 2, 2), 'precisions': (200, 2, 2, 2)}
+        >>> draws["weights"].mean(axis=0).round(2)
+        array([0.75, 0.25])
         """
         num_samples = check_num_samples(num_samples)
         spec = get_model(self.model)
@@ -89,8 +231,21 @@ class FitResult:
 
     @property
     def guide_family(self) -> str | None:
-        """The fitted posterior's family, as the model's ``sample_posterior`` names it: the
-        guide, or the family of the model's closed-form updates."""
+        """The fitted posterior's family, as the model's ``sample_posterior`` names it.
+
+        The guide, or the family of the model's closed-form updates.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> res.guide is None, res.guide_family
+        (True, 'cavi')
+        """
         return get_algorithm(self.algorithm).posterior_family(self)
 
     def _check_guide(self, method: str) -> None:
@@ -109,7 +264,42 @@ class FitResult:
         return data
 
     def pointwise_log_likelihood(self, data, num_samples=1000, seed=0) -> np.ndarray:
-        """(num_samples, N) log p(x_n | theta_s) with theta_s drawn from the fitted posterior."""
+        """(num_samples, N) log p(x_n | theta_s) with theta_s drawn from the fitted posterior.
+
+        Parameters
+        ----------
+        data : dict of str to array-like, or array-like
+            New data with the model's data keys (an array for a model with one data key),
+            checked as training data are and against the fitted model (its width).
+        num_samples : int
+            Draws ``theta_s`` of the global latents (:meth:`sample_posterior`).
+        seed : int
+            Seeds the draws.
+
+        Returns
+        -------
+        ndarray, shape (num_samples, N)
+            Log-likelihood of each data point under each draw, in nats.
+
+        Raises
+        ------
+        ValueError
+            Data that break the model's data contract or do not fit the fitted model, or a
+            model without global latents (as :meth:`sample_posterior`).
+        TypeError
+            An array for a model with several data keys.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> res.pointwise_log_likelihood(data["x"][:5], num_samples=200).shape
+        (200, 5)
+        """
         spec = get_model(self.model)
         return spec.log_likelihood(self.sample_posterior(num_samples, seed), self._checked(data))
 
@@ -123,6 +313,42 @@ class FitResult:
         Models whose latents are local to a data point (a VAE) use the fitted guide,
         ``log (1/S) sum_s p(x_n, z_s) / q(z_s | x_n)`` (``inference.evaluation``), evaluated in
         chunks so memory stays bounded for any ``num_samples``.
+
+        Parameters
+        ----------
+        x : dict of str to array-like, or array-like
+            New data with the model's data keys (an array for a model with one data key).
+        num_samples : int
+            Importance samples ``S`` per data point.
+        seed : int
+            Seeds the draws.
+        device : str
+            Where a guide is evaluated (``"cpu"``, ``"cuda"``, ``"cuda:N"``); mixtures are
+            scored in numpy on the CPU, but a device that is not there is still an error.
+
+        Returns
+        -------
+        ndarray, shape (N,)
+            The estimate of ``log p(x_n)`` for each data point.
+
+        Raises
+        ------
+        ValueError
+            Data that break the model's data contract or do not fit the fitted model,
+            ``num_samples`` below 1, or a device that is not there.
+        TypeError
+            ``num_samples`` is not an int, or an array for a model with several data keys.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> res.log_marginal_likelihood(data["x"][:3], num_samples=200).round(2)
+        array([-4.37, -4.99, -3.45])
         """
         num_samples = check_num_samples(num_samples)
         if get_model(self.model).sample_posterior is None:
@@ -138,6 +364,48 @@ class FitResult:
 
         For models whose latents are local to a data point (a VAE): the mean over
         ``num_samples`` draws of ``log p(x_n, z) - log q(z | x_n)``.
+
+        Parameters
+        ----------
+        x : dict of str to array-like, or array-like
+            New data with the model's data keys (an array for a model with one data key).
+        num_samples : int
+            Draws of the local latents ``z`` per data point.
+        seed : int
+            Seeds the draws.
+        device : str
+            Where the guide is evaluated (``"cpu"``, ``"cuda"``, ``"cuda:N"``).
+
+        Returns
+        -------
+        ndarray, shape (N,)
+            The ELBO of each data point, a lower bound on ``log p(x_n)``.
+
+        Raises
+        ------
+        ValueError
+            The fit has no guide (closed-form updates, samplers: use
+            :meth:`log_marginal_likelihood`), the model has latents outside the data plate (a
+            mixture's global latents), or the data do not fit the model.
+        TypeError
+            An array for a model with several data keys.
+
+        Examples
+        --------
+        A small VAE, fitted for a few SVI steps:
+
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("vae").make_data(np.random.default_rng(0), 20)
+        >>> res = inference.fit(
+        ...     "vae", data, "svi", "pyro", latent_dim=2, hidden=(8,), num_steps=5, progress=False
+        ... )
+        >>> elbo = res.elbo(data["x"][:3], num_samples=10)
+        >>> log_p = res.log_marginal_likelihood(data["x"][:3], num_samples=10)
+        >>> elbo.shape, bool(np.all(np.isfinite(elbo)))
+        ((3,), True)
+        >>> elbo.round(1), log_p.round(1)
+        (array([-30.2, -34.2, -25.2]), array([-29.8, -34.1, -25.2]))
         """
         self._check_guide("elbo")
         data = _as_dict(get_model(self.model), x)
@@ -152,6 +420,44 @@ class FitResult:
         ``step_size``, ``tree_depth``, ``acceptance_rate``, ...), so ``az.summary`` reports
         r-hat and effective sample sizes; ``num_samples`` and ``seed`` are then unused. Other
         results give ``num_samples`` draws from the fitted posterior as one chain.
+
+        Parameters
+        ----------
+        num_samples : int
+            Draws from the fitted posterior (not for a sampler's result).
+        seed : int
+            Seeds the draws (not for a sampler's result).
+        data : dict of str to array-like, or array-like, optional
+            Data whose pointwise log-likelihood goes into the ``log_likelihood`` group (one
+            variable named by the model's data keys, e.g. ``"x"``) and ``observed_data``;
+            default: the training data when this result holds them (a loaded result does
+            not), else no such groups.
+
+        Returns
+        -------
+        arviz.InferenceData
+            Groups ``posterior`` and, with data, ``log_likelihood`` and ``observed_data``; a
+            sampler's result also ``sample_stats``.
+
+        Raises
+        ------
+        ValueError
+            The model has no global latent variables (as :meth:`sample_posterior`), or data
+            that do not fit the model.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> idata = res.to_arviz(num_samples=100)
+        >>> idata.groups()
+        ['posterior', 'log_likelihood', 'observed_data']
+        >>> idata.posterior["weights"].shape  # (chain, draw, component)
+        (1, 100, 2)
         """
         import arviz as az
 
@@ -177,7 +483,43 @@ class FitResult:
         return az.from_dict(posterior=posterior, **kwargs)
 
     def save(self, path) -> None:
-        """Write to ``path`` (atomic, pickle-free); read back with ``inference.load``."""
+        """Write to ``path`` (atomic, pickle-free); read back with ``inference.load``.
+
+        The file is a zip of ``.npy`` arrays and one JSON header: parameters, history,
+        config, a sampler's draws, and the run's description. The training data are not
+        saved. The file is written next to ``path`` and renamed over it, so an interrupted
+        save leaves an earlier file intact.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file to write; its directory must exist.
+
+        Returns
+        -------
+        None
+
+        Raises
+        ------
+        OSError
+            The file cannot be written (e.g. its directory does not exist).
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> import inference, zoo
+        >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+        >>> res = inference.fit(
+        ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=20, tol=0, progress=False
+        ... )
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "bayesian_gmm.zoo")
+        ...     res.save(path)
+        ...     back = inference.load(path)
+        >>> back.objective == res.objective, back.params["weights"].round(2)
+        (True, array([0.74, 0.26]))
+        """
         arrays = {f"params/{k}": v for k, v in self.params.items()}
         arrays.update({f"raw/{k}": v for k, v in self.raw_params.items()})
         arrays.update({f"history/{k}": v for k, v in self.history.items()})
@@ -240,6 +582,52 @@ def load(path) -> FitResult:
     The file is checked against what wrote it and against its model before anything is built
     from it: a member missing or of the wrong shape, or a config value of the wrong type, raises
     :class:`~inference.checkpoint.CheckpointError` naming it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A file written by :meth:`FitResult.save`.
+
+    Returns
+    -------
+    FitResult
+        The saved result, without training data (``data`` is None). A fit by a plugin's
+        algorithm that is not installed still reads.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    inference.CheckpointError
+        The file is not a saved fit (a checkpoint, another file, a damaged one), or its model
+        is not registered here (is its plugin installed?).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    >>> res = inference.fit("gmm", data, "em", "pyro", K=2, progress=False)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "gmm.zoo")
+    ...     res.save(path)
+    ...     back = inference.load(path)
+    >>> back.model, back.algorithm, back.num_steps, back.data is None
+    ('gmm', 'em', 8, True)
+    >>> np.array_equal(back.params["means"], res.params["means"])
+    True
+
+    A file that is not a saved fit:
+
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "notes.txt")
+    ...     with open(path, "w") as f:
+    ...         _ = f.write("not a fit")
+    ...     inference.load(path)
+    Traceback (most recent call last):
+    ...
+    inference.checkpoint.CheckpointError: '...notes.txt' is not a zoo file, or is corrupt ...
     """
     header, arrays = checkpoint.load(path)
     if header.get("kind") != "fit_result":

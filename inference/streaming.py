@@ -42,11 +42,63 @@ ROW_FOOTPRINT = 2 * 2**20
 
 
 class DataError(ValueError):
-    """A minibatch that cannot be used (NaN, wrong shape) or a stream that ended early."""
+    """A minibatch that cannot be used (NaN, wrong shape) or a stream that ended early.
+
+    Data not held in memory (memory-mapped arrays, streams of minibatches) are checked one
+    minibatch at a time, as each step reads it; the message names the step. A ``ValueError``;
+    :class:`StreamEndedError` is one too.
+
+    Parameters
+    ----------
+    message : str
+        Which step, and what is wrong with its minibatch.
+
+    Examples
+    --------
+    A stream whose second minibatch holds a NaN:
+
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> x = zoo.get_model("gmm").make_data(np.random.default_rng(0), 40)["x"]
+    >>> second = x[20:].copy()
+    >>> second[3, 0] = np.nan
+    >>> inference.fit(
+    ...     "bayesian_gmm", iter([x[:20], second]), "svi", "pyro", num_data=40, num_steps=2,
+    ...     K=2, progress=False,
+    ... )
+    Traceback (most recent call last):
+    ...
+    inference.streaming.DataError: The minibatch of step 2 is not valid: data['x'] contains NaN ...
+    """
 
 
 class StreamEndedError(DataError):
-    """The stream of minibatches ended before ``num_steps``."""
+    """The stream of minibatches ended before ``num_steps``.
+
+    With ``checkpoint=`` the last completed step was saved, and ``resume=True`` continues from
+    it (pass the stream from its start again: the minibatches of the steps already taken are
+    read and skipped). A :class:`DataError`.
+
+    Parameters
+    ----------
+    message : str
+        How many minibatches the stream gave, and what to do.
+
+    Examples
+    --------
+    Two minibatches for five steps:
+
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> x = zoo.get_model("gmm").make_data(np.random.default_rng(0), 40)["x"]
+    >>> inference.fit(
+    ...     "bayesian_gmm", iter([x[:20], x[20:]]), "svi", "pyro", num_data=40, num_steps=5,
+    ...     K=2, progress=False,
+    ... )
+    Traceback (most recent call last):
+    ...
+    inference.streaming.StreamEndedError: The data stream ended after 2 minibatch(es): step 3 ...
+    """
 
 
 def is_array_like(data) -> bool:

@@ -52,17 +52,43 @@ ELBOS = ("trace", "meanfield", "iwae")
 class SVIOptions:
     """SVI's options.
 
-    guide : the model's guide (``spec.guides``; default: the first).
-    lr : Adam's learning rate, or piecewise-constant stages ``[(num_steps, lr), ...]``.
-    num_particles : Monte-Carlo samples per step.
-    temperature : a relaxed guide's temperature schedule ``(start, end)``.
-    batch_size : the minibatch size (default: full batch).
-    elbo : the objective, one of :data:`ELBOS`.
-    dynamic_binarization : the model's binary data keys hold grey levels in [0, 1], and every
-        epoch trains on a fresh Bernoulli draw of each (drawn from the seed and the epoch, so a
-        resumed run sees the same draws).
-    data_parallel : split each step's rows over devices (``docs/scaling.md``).
-    jit : Pyro: compile the ELBO and its gradient with ``torch.jit.trace`` (NumPyro always
+    Parameters
+    ----------
+    guide : str, optional
+        The model's guide, one of ``spec.guides`` (default: the first). A guide that sums the
+        discrete latents out is fitted with ``TraceEnum_ELBO``; a relaxed (Gumbel-softmax) guide
+        samples a relaxed one-hot ``z``.
+    lr : float or list of (int, float)
+        Adam's learning rate (a float in (0, inf)), or piecewise-constant stages
+        ``[(num_steps, lr), ...]``: the first ``num_steps`` updates use the first rate, and so
+        on; the last rate holds once every stage has run, and a resumed run continues the
+        stages where it stopped.
+    num_particles : int
+        Monte-Carlo samples per step (``>= 1``); with ``elbo="iwae"``, the importance samples.
+    temperature : (float, float)
+        A relaxed guide's temperature schedule ``(start, end)``, both positive: annealed
+        geometrically from ``start`` to ``end`` over ``num_steps``. Giving it for a guide that is
+        not relaxed is an error.
+    batch_size : int, optional
+        The minibatch size, in ``[1, N]`` (default: full batch). Each epoch visits every point
+        once (the last incomplete batch is dropped) and the data plate scales the log-density
+        by ``num_data / batch_size``. Needed for memory-mapped arrays; a stream of minibatches
+        gives its own, and ``batch_size`` is then an error.
+    elbo : {"trace", "meanfield", "iwae"}
+        The objective, one of ``ELBOS``: ``"trace"``, the Monte-Carlo ELBO; ``"meanfield"``,
+        the ELBO with analytic KL terms where the guide and prior admit one; ``"iwae"``, the
+        importance-weighted bound of Burda et al. (2016) with ``num_particles >= 2`` samples.
+        Enumerated guides always use ``TraceEnum_ELBO``.
+    dynamic_binarization : bool
+        The model's binary data keys hold grey levels in [0, 1], and every epoch trains on a
+        fresh Bernoulli draw of each (drawn from the seed and the epoch, so a resumed run sees
+        the same draws).
+    data_parallel : bool
+        Split each step's rows over devices (``docs/scaling.md``): NumPyro shards them over
+        ``jax.devices()``; Pyro gives each process of a ``torch.distributed`` group its share
+        and averages the gradients.
+    jit : bool
+        Pyro: compile the ELBO and its gradient with ``torch.jit.trace`` (NumPyro always
         compiles).
     """
 

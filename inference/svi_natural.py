@@ -37,8 +37,18 @@ from zoo import get_model
 
 @dataclass(frozen=True)
 class NaturalOptions:
-    """``step_size``: ``(tau, kappa)`` of the Robbins-Monro step ``rho_t = (t + tau) ** -kappa``;
-    ``batch_size``: the minibatch (default: the whole data)."""
+    """Natural-gradient SVI's options.
+
+    Parameters
+    ----------
+    step_size : (float, float)
+        ``(tau, kappa)`` of the Robbins-Monro step ``rho_t = (t + tau) ** -kappa``,
+        ``t = 1, 2, ...``: ``tau >= 0`` and ``kappa`` in [0, 1] (in (0.5, 1] for convergence;
+        ``kappa=0`` gives ``rho = 1``).
+    batch_size : int, optional
+        The minibatch (default: the whole data). Needed for memory-mapped arrays; a stream of
+        minibatches gives its own, and ``batch_size`` is then an error.
+    """
 
     step_size: Any = (1.0, 0.7)
     batch_size: int | None = None

@@ -61,6 +61,53 @@ def register(spec: ModelSpec, *, replace: bool = False, check: bool = True) -> M
 
     Raises :class:`ModelSpecError` (a ``ValueError``) saying which contract broke and how to fix
     it.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model to add, under ``spec.name``.
+    replace : bool
+        Replace a model registered under the same name (a built-in one included).
+    check : bool
+        Also import both twins and trace them (``zoo.testing.check_registration``); else
+        only ``zoo.testing.check_spec``.
+
+    Returns
+    -------
+    ModelSpec
+        ``spec`` itself, so that ``SPEC = zoo.register(ModelSpec(...))`` registers and keeps it.
+
+    Raises
+    ------
+    TypeError
+        ``spec`` is not a ``ModelSpec``.
+    ModelSpecError
+        The name is taken (without ``replace=True``), or the spec breaks the zoo's contract.
+
+    See Also
+    --------
+    unregister : Remove a model from the registry.
+    inference.conformance.check_model : The checks that also fit the model with every
+        algorithm.
+
+    Examples
+    --------
+    Register an edited copy of a built-in model under a name of its own:
+
+    >>> import dataclasses
+    >>> import zoo
+    >>> spec = dataclasses.replace(
+    ...     zoo.get_model("gmm"), name="my_gmm", description="A mixture of my own"
+    ... )
+    >>> zoo.register(spec) is spec
+    True
+    >>> "my_gmm" in zoo.list_models()
+    True
+    >>> zoo.register(spec)
+    Traceback (most recent call last):
+    ...
+    zoo.spec.ModelSpecError: A model named 'my_gmm' is already registered (zoo.register()); ...
+    >>> _ = zoo.unregister("my_gmm")
     """
     _load_plugins_once()
     _add(spec, replace=replace, check=check, source="zoo.register()")
@@ -69,7 +116,33 @@ def register(spec: ModelSpec, *, replace: bool = False, check: bool = True) -> M
 
 def unregister(name: str) -> ModelSpec:
     """Remove a model from the registry (e.g. to register an edited spec under its name while
-    developing); returns its spec. A plugin's model comes back only in a new process."""
+    developing); returns its spec. A plugin's model comes back only in a new process.
+
+    Parameters
+    ----------
+    name : str
+        A registered model's name.
+
+    Returns
+    -------
+    ModelSpec
+        The spec that was registered under ``name``.
+
+    Raises
+    ------
+    ValueError
+        No model is registered under ``name``.
+    TypeError
+        ``name`` is not a str.
+
+    Examples
+    --------
+    >>> import dataclasses
+    >>> import zoo
+    >>> spec = zoo.register(dataclasses.replace(zoo.get_model("gmm"), name="scratch"))
+    >>> zoo.unregister("scratch") is spec, "scratch" in zoo.list_models()
+    (True, False)
+    """
     spec = get_model(name, check=False)
     del _REGISTRY[name]
     _SOURCES.pop(name, None)
@@ -78,7 +151,23 @@ def unregister(name: str) -> ModelSpec:
 
 
 def list_models() -> list[str]:
-    """Names of the registered models (built in, registered, and installed plugins), sorted."""
+    """Names of the registered models (built in, registered, and installed plugins), sorted.
+
+    Installed plugins (entry-point group ``zoo.models``) are loaded the first time the registry
+    is listed or queried.
+
+    Returns
+    -------
+    list of str
+        The names :func:`get_model` and ``inference.fit`` take.
+
+    Examples
+    --------
+    >>> import zoo
+    >>> names = zoo.list_models()
+    >>> [name for name in ["bayesian_gmm", "bernoulli_mixture", "gmm", "vae"] if name in names]
+    ['bayesian_gmm', 'bernoulli_mixture', 'gmm', 'vae']
+    """
     _load_plugins_once()
     return sorted(_REGISTRY)
 
@@ -88,6 +177,47 @@ def get_model(name: str | ModelSpec, *, check: bool = True) -> ModelSpec:
 
     A plugin's twins are traced the first time it is fetched (``check=False`` skips that, e.g.
     to show its description); a plugin that fails raises :class:`ModelSpecError` naming it.
+
+    Parameters
+    ----------
+    name : str or ModelSpec
+        A registered model's name (:func:`list_models`), or a spec.
+    check : bool
+        Trace a plugin's twins the first time it is fetched.
+
+    Returns
+    -------
+    ModelSpec
+        The model's spec: its data contract, twins, guides, options (``prepare``) and
+        evaluation hooks.
+
+    Raises
+    ------
+    TypeError
+        ``name`` is neither a str nor a ``ModelSpec``.
+    ValueError
+        No model is registered under ``name``; the message lists the valid names.
+    ModelSpecError
+        A plugin's model fails its registration checks when first fetched.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import zoo
+    >>> spec = zoo.get_model("bayesian_gmm")
+    >>> spec.description
+    'Bayesian Gaussian mixture, full covariance, Dirichlet or stick-breaking weights'
+    >>> spec.guides
+    ('enum', 'gumbel')
+    >>> data = spec.make_data(np.random.default_rng(0), 100)
+    >>> data["x"].shape
+    (100, 2)
+    >>> zoo.get_model(spec) is spec
+    True
+    >>> zoo.get_model("bayesian-gmm")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown model 'bayesian-gmm'; valid models are [...].
     """
     if isinstance(name, ModelSpec):
         return name

@@ -101,7 +101,34 @@ _USER_CACHE = Path("~/.cache/ppl-zoo")
 
 
 class DatasetError(ValueError):
-    """A data file is missing, corrupt, or has an unexpected format."""
+    """A data file is missing, corrupt, or has an unexpected format.
+
+    The message names the file and says what to do: where to download it and where to put it,
+    or to delete a corrupt file (it is downloaded again when missing, unless
+    ``ZOO_OFFLINE=1``). A ``ValueError``.
+
+    Parameters
+    ----------
+    message : str
+        Which file, what is wrong with it, and what to do.
+
+    Examples
+    --------
+    A file whose bytes are not those of the pinned SHA-256:
+
+    >>> import os, tempfile
+    >>> from zoo import datasets
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     os.mkdir(os.path.join(folder, "mnist"))
+    ...     with open(os.path.join(folder, "mnist", "t10k-images-idx3-ubyte.gz"), "wb") as f:
+    ...         _ = f.write(b"not MNIST")
+    ...     try:
+    ...         datasets.load_mnist("test", data_dir=folder)
+    ...     except datasets.DatasetError as err:
+    ...         print(err)
+    Checksum mismatch for ...t10k-images-idx3-ubyte.gz: expected SHA-256 8d422c7b..., got ...
+    (9 bytes). The file is corrupt or truncated: delete it and download it again ...
+    """
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,6 +147,13 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     -------
     pathlib.Path
         The (user-expanded) directory; it need not exist.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from zoo.datasets import resolve_data_dir
+    >>> resolve_data_dir("~/data") == Path.home() / "data"
+    True
     """
     if data_dir is None:
         data_dir = os.environ.get("ZOO_DATA_DIR") or _USER_CACHE
@@ -270,7 +304,19 @@ def download(data_dir: str | os.PathLike | None = None) -> Path:
     ------
     DatasetError
         At the first file that is missing and cannot be downloaded (offline, or
-        ``ZOO_OFFLINE=1``); the message says where to put it.
+        ``ZOO_OFFLINE=1``), or whose download does not match its pinned SHA-256; the message
+        says where to put it.
+
+    Examples
+    --------
+    With ``ZOO_DATA_DIR`` naming a directory that holds the files, nothing is downloaded:
+
+    >>> from zoo import datasets
+    >>> data_dir = datasets.download()
+    >>> data_dir == datasets.resolve_data_dir()
+    True
+    >>> (data_dir / "binarized_mnist" / "binarized_mnist_test.amat").is_file()
+    True
     """
     data_dir = resolve_data_dir(data_dir)
     for images, labels, _ in _MNIST_SPLITS.values():
@@ -435,6 +481,25 @@ def load_mnist(
         For an unknown split.
     DatasetError
         When a file is missing (offline or download failed), corrupt, or malformed.
+
+    Examples
+    --------
+    From the data directory (``$ZOO_DATA_DIR`` here), downloading the files there when they
+    are missing:
+
+    >>> import numpy as np
+    >>> from zoo.datasets import load_mnist
+    >>> images, labels = load_mnist("test")
+    >>> images.shape, images.dtype, int(images.max())
+    ((10000, 28, 28), dtype('uint8'), 255)
+    >>> labels[:10]
+    array([7, 2, 1, 0, 4, 1, 4, 9, 5, 9], dtype=uint8)
+
+    As data for a model with grey levels in [0, 1]:
+
+    >>> x = images.reshape(len(images), -1).astype(np.float32) / 255
+    >>> x.shape
+    (10000, 784)
     """
     _check_split(split, _MNIST_SPLITS)
     img_name, lab_name, n = _MNIST_SPLITS[split]
@@ -498,6 +563,19 @@ def load_binarized_mnist(
         For an unknown split.
     DatasetError
         When the file is missing (offline or download failed), corrupt, or malformed.
+
+    Examples
+    --------
+    From the data directory (``$ZOO_DATA_DIR`` here), downloading the file there when it is
+    missing:
+
+    >>> import numpy as np
+    >>> from zoo.datasets import load_binarized_mnist
+    >>> x = load_binarized_mnist("test")
+    >>> x.shape, x.dtype, np.unique(x)
+    ((10000, 784), dtype('uint8'), array([0, 1], dtype=uint8))
+    >>> round(float(x.mean()), 3)  # the share of pixels that are on
+    0.133
     """
     _check_split(split, _BINARIZED_SPLITS)
     data_dir = resolve_data_dir(data_dir)
@@ -526,6 +604,29 @@ def dynamic_binarize(images: np.ndarray, rng: np.random.Generator) -> np.ndarray
     -------
     numpy.ndarray of uint8, same shape as ``images``
         Values in {0, 1}.
+
+    Raises
+    ------
+    TypeError
+        ``rng`` is not a ``numpy.random.Generator``.
+    ValueError
+        Values outside [0, 255], or floating-point images that look like [0, 1] (largest value
+        at most 1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from zoo.datasets import dynamic_binarize
+    >>> grey = np.array([[0, 64, 128, 192, 255]], dtype=np.uint8)
+    >>> dynamic_binarize(grey, np.random.default_rng(0))
+    array([[0, 0, 1, 1, 1]], dtype=uint8)
+
+    Grey levels in [0, 1] are refused (multiply them by 255):
+
+    >>> dynamic_binarize(grey / 255, np.random.default_rng(0))
+    Traceback (most recent call last):
+    ...
+    ValueError: images must be grey levels in [0, 255]; these look like [0, 1] ...
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
@@ -561,6 +662,17 @@ def load_digits_binarized(threshold: int = 8) -> tuple[np.ndarray, np.ndarray]:
     ------
     ImportError
         When scikit-learn is not installed.
+
+    Examples
+    --------
+    Offline data for a binary model, such as the Bernoulli mixture:
+
+    >>> from zoo.datasets import load_digits_binarized
+    >>> x, labels = load_digits_binarized()
+    >>> x.shape, x.dtype, labels[:10]
+    ((1797, 64), dtype('uint8'), array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], dtype=uint8))
+    >>> round(float(x.mean()), 3)
+    0.323
     """
     try:
         from sklearn.datasets import load_digits

@@ -50,6 +50,23 @@ def stick_breaking_log_weights(sticks):
     -------
     array, shape (..., K)
         :math:`\log \pi_k`, not normalised: :math:`\sum_k \pi_k = 1 - \prod_k (1 - v_k)`.
+
+    See Also
+    --------
+    zoo.torch_distributions.stick_breaking_log_weights : The torch twin.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> from zoo.distributions import stick_breaking_log_weights
+    >>> weights = jnp.exp(stick_breaking_log_weights(jnp.array([0.5, 0.5, 0.5])))
+    >>> [round(float(w), 4) for w in weights]  # 1/8 of the mass lies beyond the truncation
+    [0.5, 0.25, 0.125]
+
+    A stick equal to one leaves nothing for the components after it (no NaN):
+
+    >>> [round(float(w), 4) for w in jnp.exp(stick_breaking_log_weights(jnp.array([1.0, 0.5])))]
+    [1.0, 0.0]
     """
     log_rest = jnp.log1p(-sticks)
     # Exclusive cumulative sum by padding rather than ``cumsum - log_rest``, which would give
@@ -86,10 +103,47 @@ class RelaxedOneHotCategorical(Distribution):
     validate_args : bool, optional
         Check the parameters (and values passed to ``log_prob``) against their constraints.
 
+    Attributes
+    ----------
+    temperature : array
+        Broadcast to ``batch_shape``.
+    logits : array, shape ``batch_shape + (K,)``
+        The logits (``log(probs)``, clamped, when built from ``probs``).
+    probs : array, shape ``batch_shape + (K,)``
+        The event probabilities.
+
+    Raises
+    ------
+    ValueError
+        Both or neither of ``probs`` and ``logits``, or a parameter with no event axis.
+
     Notes
     -----
     ``batch_shape`` is the broadcast of ``temperature``'s shape with ``logits.shape[:-1]`` and
     ``event_shape`` is ``(K,)``.
+
+    Examples
+    --------
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from zoo.distributions import RelaxedOneHotCategorical
+    >>> d = RelaxedOneHotCategorical(0.5, logits=jnp.zeros(3))
+    >>> d.batch_shape, d.event_shape
+    ((), (3,))
+    >>> x = d.sample(jax.random.key(0), (2,))
+    >>> x.shape, np.allclose(x.sum(-1), 1.0)
+    ((2, 3), True)
+
+    The density is torch's, at the same point:
+
+    >>> import torch
+    >>> twin = torch.distributions.RelaxedOneHotCategorical(
+    ...     torch.tensor(0.5, dtype=torch.float64), logits=torch.zeros(3, dtype=torch.float64)
+    ... )
+    >>> expected = twin.log_prob(torch.as_tensor(np.array(x), dtype=torch.float64)).numpy()
+    >>> np.allclose(d.log_prob(x), expected, rtol=1e-4)
+    True
     """
 
     arg_constraints = {
@@ -205,6 +259,29 @@ class StickBreakingCategorical(CategoricalLogits):
         Unnormalised :math:`\log \pi`.
     probs : array, shape (..., K)
         Unnormalised :math:`\pi`.
+
+    Raises
+    ------
+    ValueError
+        ``sticks`` has no axis of components.
+
+    See Also
+    --------
+    zoo.torch_distributions.StickBreakingCategorical : The torch twin.
+
+    Examples
+    --------
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> from zoo.distributions import StickBreakingCategorical
+    >>> d = StickBreakingCategorical(jnp.array([0.5, 0.5, 0.5]))
+    >>> [round(float(p), 4) for p in d.probs]  # sums to 7/8, not to one
+    [0.5, 0.25, 0.125]
+    >>> round(float(d.log_prob(2)), 4)  # log(1/8)
+    -2.0794
+    >>> draws = d.sample(jax.random.key(0), (1000,))
+    >>> draws.shape, sorted(set(draws.tolist()))
+    ((1000,), [0, 1, 2])
     """
 
     arg_constraints = {"sticks": constraints.independent(constraints.unit_interval, 1)}
@@ -264,6 +341,32 @@ class Wishart(_NumPyroWishart):
     reparameterised (implicit gradients), but does not list ``concentration`` among the
     reparameterised parameters, so ELBOs treat the site as non-reparameterisable and add
     score-function terms. Declaring it matches torch's ``Wishart`` (``has_rsample=True``).
+
+    Parameters
+    ----------
+    concentration : array or float
+        The degrees of freedom, greater than ``D - 1``.
+    scale_matrix, rate_matrix, scale_tril : array, shape (..., D, D), optional
+        The scale, its inverse, or the Cholesky factor of the scale: exactly one of the three,
+        as for ``numpyro.distributions.Wishart``.
+    validate_args : bool, optional
+        Check the parameters against their constraints.
+
+    Attributes
+    ----------
+    has_rsample : bool
+        True: draws are differentiable in every parameter.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import numpyro.distributions as dist
+    >>> from zoo.distributions import Wishart
+    >>> d = Wishart(concentration=3.0, scale_matrix=jnp.eye(2))
+    >>> d.has_rsample, dist.Wishart(concentration=3.0, scale_matrix=jnp.eye(2)).has_rsample
+    (True, False)
+    >>> d.mean.tolist()
+    [[3.0, 0.0], [0.0, 3.0]]
     """
 
     reparametrized_params = ["concentration", "scale_matrix", "rate_matrix", "scale_tril"]
@@ -282,6 +385,35 @@ class Normal(_NumPyroNormal):
     With JAX's 64-bit mode on (the zoo turns it on for the closed-form updates), NumPyro's
     ``Normal`` draws float64 noise whatever its parameters, so a float32 network fed with the
     sample runs in float64: in the VAE that made every step several times slower.
+
+    Parameters
+    ----------
+    loc : array or float
+        The mean; its dtype (with ``scale``'s) is the dtype of the draws.
+    scale : array or float
+        The standard deviation, positive.
+    validate_args : bool, optional
+        Check the parameters against their constraints.
+
+    Attributes
+    ----------
+    loc : array
+        The mean, broadcast to the batch shape.
+    scale : array
+        The standard deviation, broadcast to the batch shape.
+
+    Examples
+    --------
+    With JAX's 64-bit mode on, as the inference layer turns it on, float32 parameters still
+    give float32 draws:
+
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> from zoo.distributions import Normal
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> d = Normal(jnp.zeros(3, dtype=jnp.float32), jnp.float32(1.0))
+    >>> d.sample(jax.random.key(0), (2,)).dtype
+    dtype('float32')
     """
 
     def sample(self, key, sample_shape=()):
@@ -303,6 +435,28 @@ class LowerCholeskyTransform(_LowerCholeskyTransformBase):
     a covariance factor did not run. Same layout of the unconstrained vector (strictly lower
     entries row by row, then the log-diagonal), so parameters and checkpoints are those of
     NumPyro's transform.
+
+    Importing :mod:`zoo.distributions` registers it with ``biject_to`` for
+    :data:`lower_cholesky`.
+
+    Attributes
+    ----------
+    domain : Constraint
+        Real vectors of length ``D (D + 1) / 2``.
+    codomain : Constraint
+        :data:`lower_cholesky`.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> from numpyro.distributions.transforms import biject_to
+    >>> from zoo.distributions import LowerCholeskyTransform, lower_cholesky
+    >>> t = LowerCholeskyTransform()
+    >>> factor = t(jnp.array([0.5, 0.0, 0.0], dtype=jnp.float32))  # L_10, log L_00, log L_11
+    >>> factor.dtype, factor.tolist()
+    (dtype('float32'), [[1.0, 0.0], [0.5, 1.0]])
+    >>> type(biject_to(lower_cholesky)).__name__
+    'LowerCholeskyTransform'
     """
 
     codomain = None  # set below: the constraint this transform is registered for
@@ -328,7 +482,29 @@ class _Simplex(constraints._Simplex):
 class StickBreakingTransform(_StickBreakingTransformBase):
     """NumPyro's stick-breaking transform in the dtype of its input: NumPyro's own shifts its
     input by the log of an integer ``arange``, float64 in JAX's 64-bit mode, so float32
-    parameters on the simplex came back float64 (and a float32 fit held them in float64)."""
+    parameters on the simplex came back float64 (and a float32 fit held them in float64).
+
+    Importing :mod:`zoo.distributions` registers it with ``biject_to`` for :data:`simplex`.
+
+    Attributes
+    ----------
+    domain : Constraint
+        Real vectors of length ``K - 1``.
+    codomain : Constraint
+        :data:`simplex`.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from zoo.distributions import StickBreakingTransform
+    >>> t = StickBreakingTransform()
+    >>> y = t(jnp.zeros(2, dtype=jnp.float32))
+    >>> y.dtype, [round(float(v), 4) for v in y]
+    (dtype('float32'), [0.3333, 0.3333, 0.3333])
+    >>> np.allclose(t.inv(y), 0.0, atol=1e-6)
+    True
+    """
 
     codomain = None  # set below
 

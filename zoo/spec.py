@@ -18,12 +18,59 @@ BACKENDS = ("pyro", "numpyro")
 
 class ModelSpecError(ValueError):
     """A model breaks the zoo's contract; raised when it is registered (or first fetched, for a
-    plugin). The message says which contract and how to fix it."""
+    plugin). The message says which contract and how to fix it.
+
+    Raised by :func:`zoo.register`, :func:`zoo.get_model` (a plugin's model),
+    :func:`zoo.testing.check_spec` and :func:`zoo.testing.check_registration`. A
+    ``ValueError``.
+
+    Parameters
+    ----------
+    message : str
+        Which contract broke, and how to fix it.
+
+    Examples
+    --------
+    >>> import dataclasses
+    >>> import zoo
+    >>> copy = dataclasses.replace(zoo.get_model("gmm"))  # same name as the built-in model
+    >>> try:
+    ...     zoo.register(copy)
+    ... except zoo.ModelSpecError as err:
+    ...     print(err)
+    A model named 'gmm' is already registered (built-in); choose another name, or pass
+    replace=True to register() to replace it.
+    """
 
 
 @dataclass(frozen=True)
 class DataField:
-    """The contract for one data key: its rank, its dtype kind and what it means."""
+    """The contract for one data key: its rank, its dtype kind and what it means.
+
+    :meth:`ModelSpec.validate_data` checks data against it: the number of dimensions, the
+    numpy dtype kind, no empty axis, and no NaN or inf in floating-point data. Each parameter
+    is an attribute of the same name (frozen).
+
+    Parameters
+    ----------
+    ndim : int
+        The number of dimensions of the array (2 for ``(N, D)`` observations).
+    kind : str
+        The numpy dtype kinds accepted (``dtype.kind``): ``"f"`` float, ``"i"`` integer, ``"u"``
+        unsigned, ``"b"`` bool; ``"iu"`` accepts either integer kind.
+    doc : str
+        What the array holds, with its shape: shown in error messages and the model's page.
+    binary : bool
+        0/1 observations: SVI's ``dynamic_binarization`` may draw them afresh from grey levels.
+
+    Examples
+    --------
+    >>> import zoo
+    >>> zoo.DataField(2, "f", "(N, D) observations")
+    DataField(ndim=2, kind='f', doc='(N, D) observations', binary=False)
+    >>> zoo.get_model("gmm").data
+    {'x': DataField(ndim=2, kind='f', doc='(N, D) observations', binary=False)}
+    """
 
     ndim: int
     kind: str = "f"  # numpy dtype kinds accepted: "f" float, "i" integer, "u" unsigned, "b" bool
@@ -35,6 +82,10 @@ class DataField:
 @dataclass(frozen=True)
 class ModelSpec:
     """A model of the zoo, described for the inference layer.
+
+    Every parameter is also an attribute of the same name; the spec is frozen (use
+    ``dataclasses.replace`` for an edited copy). :attr:`built_in` says whether all of its code
+    is the zoo's own.
 
     Parameters
     ----------
@@ -110,6 +161,40 @@ class ModelSpec:
         so SVI can fit them with ``batch_size=``.
     tags : tuple of str
         Free-form labels such as ``"discrete-latent"`` or ``"conjugate"``.
+
+    See Also
+    --------
+    zoo.register : Add a spec to the registry, after checking it.
+    zoo.testing.check_registration : The checks every registration runs.
+
+    Examples
+    --------
+    The spec of a built-in model:
+
+    >>> import numpy as np
+    >>> import zoo
+    >>> spec = zoo.get_model("gmm")
+    >>> spec.name, spec.guides, sorted(spec.backends)
+    ('gmm', ('enum',), ['numpyro', 'pyro'])
+    >>> spec.backends["pyro"]
+    'zoo.gmm.pyro_model'
+    >>> data = spec.make_data(np.random.default_rng(0), 5)
+    >>> {key: value.shape for key, value in data.items()}
+    {'x': (5, 2)}
+    >>> spec.prepare(data, K=2)
+    GMMConfig(K=2, dim=2, reg_covar=1e-06)
+
+    A spec of one's own is a ``ModelSpec`` naming its twins by module path (a
+    copy of the built-in one here); :func:`zoo.register` checks it and adds it to the registry:
+
+    >>> import dataclasses
+    >>> mine = dataclasses.replace(spec, name="my_gmm", description="My mixture")
+    >>> zoo.register(mine).name
+    'my_gmm'
+    >>> zoo.get_model("my_gmm") is mine
+    True
+    >>> zoo.unregister("my_gmm").name
+    'my_gmm'
     """
 
     name: str
@@ -139,12 +224,48 @@ class ModelSpec:
     @property
     def built_in(self) -> bool:
         """Whether all of the model's code (twins and closed-form updates) is the zoo's own:
-        what a fit compiles from it may be kept across processes, keyed by the zoo's source."""
+        what a fit compiles from it may be kept across processes, keyed by the zoo's source.
+
+        Examples
+        --------
+        >>> import zoo
+        >>> zoo.get_model("gmm").built_in
+        True
+        """
         modules = [*self.backends.values(), *([self.updates.module] if self.updates else [])]
         return all(isinstance(m, str) and m.startswith("zoo.") for m in modules)
 
     def twin(self, backend: str) -> ModuleType:
-        """Import and return the backend twin module (lazily: torch or jax load only when used)."""
+        """Import and return the backend twin module (lazily: torch or jax load only when used).
+
+        Parameters
+        ----------
+        backend : {"pyro", "numpyro"}
+            The backend.
+
+        Returns
+        -------
+        module
+            The twin module: ``model`` (or ``make_model``) and ``make_guide``.
+
+        Raises
+        ------
+        ValueError
+            The model has no twin for ``backend``.
+        ImportError
+            The twin module does not import.
+
+        Examples
+        --------
+        >>> import zoo
+        >>> spec = zoo.get_model("gmm")
+        >>> spec.twin("pyro").__name__
+        'zoo.gmm.pyro_model'
+        >>> spec.twin("stan")
+        Traceback (most recent call last):
+        ...
+        ValueError: Model 'gmm' has no backend 'stan'; valid backends are ['numpyro', 'pyro'].
+        """
         if backend not in self.backends:
             raise ValueError(
                 f"Model {self.name!r} has no backend {backend!r}; "
@@ -157,6 +278,43 @@ class ModelSpec:
 
         A twin that holds networks defines ``make_model(config, init)`` so the networks are built
         once per fit, not at every step; otherwise ``init`` is bound to its plain ``model``.
+
+        Parameters
+        ----------
+        backend : {"pyro", "numpyro"}
+            The backend.
+        config
+            The model configuration (``prepare``'s result), its arrays converted to the
+            backend's.
+        init : optional
+            Starting values the twin reads (e.g. the guides' starting point), or None.
+
+        Returns
+        -------
+        callable
+            ``model(data, config, temperature=None, ...)``, a Pyro or NumPyro model.
+
+        Raises
+        ------
+        ValueError
+            The model has no twin for ``backend``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import pyro
+        >>> import torch
+        >>> import zoo
+        >>> spec = zoo.get_model("gmm")
+        >>> data = spec.make_data(np.random.default_rng(0), 5)
+        >>> config = spec.prepare(data, K=2)
+        >>> model = spec.build_model("pyro", config)
+        >>> x = torch.as_tensor(data["x"])
+        >>> trace = pyro.poutine.trace(model).get_trace({"x": x}, config)
+        >>> [name for name, site in trace.nodes.items() if site["type"] == "sample"]
+        ['data', 'z', 'x']
+        >>> [name for name, site in trace.nodes.items() if site["type"] == "param"]
+        ['weights', 'means', 'scale_tril']
         """
         twin = self.twin(backend)
         if hasattr(twin, "make_model"):
@@ -167,6 +325,36 @@ class ModelSpec:
         """Check data against the contract; return it as numpy arrays.
 
         Raises a ``ValueError`` that says what was expected and what was got.
+
+        Parameters
+        ----------
+        data : mapping of str to array-like
+            One array per data key of the model (``spec.data``).
+
+        Returns
+        -------
+        dict of str to ndarray
+            The same keys, each value as a numpy array.
+
+        Raises
+        ------
+        TypeError
+            ``data`` is not a mapping (a bare array, a list, a DataFrame).
+        ValueError
+            A key missing or unexpected; an array that cannot be read, of another rank, empty,
+            of another dtype kind, more precise than float64, or holding NaN or inf.
+
+        Examples
+        --------
+        >>> import zoo
+        >>> spec = zoo.get_model("gmm")
+        >>> spec.validate_data({"x": [[1.0, 2.0], [3.0, 4.0]]})
+        {'x': array([[1., 2.],
+               [3., 4.]])}
+        >>> spec.validate_data({"x": [1.0, 2.0, 3.0]})
+        Traceback (most recent call last):
+        ...
+        ValueError: data['x'] must have 2 dimensions ((N, D) observations); got shape (3,).
         """
         if not isinstance(data, Mapping):
             keys = sorted(self.data)

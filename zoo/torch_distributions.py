@@ -32,6 +32,40 @@ class Wishart(_PyroWishart):
     warns "Singular sample detected" and draws again at nearly every call, which doubles the cost
     and keeps the first draw exactly where it was singular (pytorch/pytorch#122021). With
     ``df > d - 1`` a Bartlett draw is positive definite but for rounding.
+
+    Parameters
+    ----------
+    df : Tensor or float
+        The degrees of freedom, greater than ``D - 1``.
+    covariance_matrix, precision_matrix, scale_tril : Tensor, shape (..., D, D), optional
+        The scale matrix, its inverse, or its Cholesky factor: exactly one of the three, as for
+        ``torch.distributions.Wishart``.
+    validate_args : bool, optional
+        Check the parameters against their constraints.
+
+    Attributes
+    ----------
+    df : Tensor
+        The degrees of freedom, broadcast to the batch shape.
+    scale_tril : Tensor, shape (..., D, D)
+        The lower Cholesky factor of the scale matrix.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import pyro.distributions as dist
+    >>> import torch
+    >>> from zoo.torch_distributions import Wishart
+    >>> def warnings_of(d):
+    ...     with warnings.catch_warnings(record=True) as caught:
+    ...         warnings.simplefilter("always")
+    ...         torch.manual_seed(0)
+    ...         draws = d.rsample((5,))
+    ...     return draws.shape, [str(w.message) for w in caught]
+    >>> warnings_of(Wishart(df=torch.tensor(3.0), covariance_matrix=torch.eye(2)))
+    (torch.Size([5, 2, 2]), [])
+    >>> warnings_of(dist.Wishart(df=torch.tensor(3.0), covariance_matrix=torch.eye(2)))
+    (torch.Size([5, 2, 2]), ['Singular sample detected.'])
     """
 
     def rsample(self, sample_shape=()) -> torch.Tensor:
@@ -49,6 +83,38 @@ class PositiveDefiniteFromVector(Transform):
     does not depend on), so importing this module registers this one with ``biject_to``. It is
     the map NumPyro's ``biject_to(positive_definite)`` uses, so both backends sample the same
     coordinates.
+
+    Attributes
+    ----------
+    domain : Constraint
+        Real vectors of length ``D (D + 1) / 2``.
+    codomain : Constraint
+        ``constraints.positive_definite``.
+
+    Raises
+    ------
+    ValueError
+        (On a call) a vector whose length is not ``D (D + 1) / 2`` for any ``D``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.distributions import biject_to, constraints
+    >>> from zoo.torch_distributions import PositiveDefiniteFromVector
+    >>> t = PositiveDefiniteFromVector()
+    >>> x = torch.tensor([0.0, 0.5, 0.0])  # log L_00, L_10, log L_11
+    >>> y = t(x)
+    >>> y
+    tensor([[1.0000, 0.5000],
+            [0.5000, 1.2500]])
+    >>> torch.allclose(t.inv(y), x)
+    True
+    >>> type(biject_to(constraints.positive_definite)).__name__
+    'PositiveDefiniteFromVector'
+    >>> t(torch.zeros(4))
+    Traceback (most recent call last):
+    ...
+    ValueError: a vector of 4 reals fills no lower triangle
     """
 
     domain = constraints.independent(constraints.real, 1)
@@ -117,6 +183,17 @@ def stick_breaking_log_weights(sticks: torch.Tensor) -> torch.Tensor:
     -------
     Tensor, shape (..., K)
         :math:`\log \pi_k`, not normalised: :math:`\sum_k \pi_k = 1 - \prod_k (1 - v_k)`.
+
+    See Also
+    --------
+    zoo.distributions.stick_breaking_log_weights : The JAX twin.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from zoo.torch_distributions import stick_breaking_log_weights
+    >>> stick_breaking_log_weights(torch.tensor([0.5, 0.5, 0.5])).exp()
+    tensor([0.5000, 0.2500, 0.1250])
     """
     log_rest = torch.log1p(-sticks)
     # Exclusive cumulative sum by padding rather than ``cumsum - log_rest``, which would give
@@ -148,6 +225,34 @@ class StickBreakingCategorical(Categorical):
         Unnormalised :math:`\log \pi` (unlike torch's ``Categorical``, not normalised).
     probs : Tensor, shape (..., K)
         Unnormalised :math:`\pi`.
+
+    Raises
+    ------
+    ValueError
+        ``sticks`` has no axis of components.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from zoo.torch_distributions import StickBreakingCategorical
+    >>> d = StickBreakingCategorical(torch.tensor([0.5, 0.5, 0.5]))
+    >>> d.probs  # sums to 7/8, not to one
+    tensor([0.5000, 0.2500, 0.1250])
+    >>> d.log_prob(torch.tensor(2))  # log(1/8)
+    tensor(-2.0794)
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> d.sample((1000,)).unique()
+    tensor([0, 1, 2])
+
+    The same log-probabilities as the NumPyro twin:
+
+    >>> import jax.numpy as jnp
+    >>> from zoo import distributions
+    >>> twin = distributions.StickBreakingCategorical(jnp.array([0.3, 0.6]))
+    >>> d = StickBreakingCategorical(torch.tensor([0.3, 0.6]))
+    >>> round(float(twin.log_prob(1)), 5) == round(float(d.log_prob(torch.tensor(1))), 5)
+    True
     """
 
     arg_constraints = {"sticks": constraints.independent(constraints.unit_interval, 1)}

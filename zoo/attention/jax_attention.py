@@ -75,6 +75,36 @@ def scaled_dot_product_attention(
         a NaN output, so the error still shows rather than a silent average (unlike
         ``jax.nn.dot_product_attention``, which masks with a large finite number and returns the
         mean of the values).
+
+    Examples
+    --------
+    Two queries over three keys (no batch axis):
+
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> from zoo.attention import jax_attention as attn
+    >>> q = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> k = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    >>> v = jnp.array([[1.0], [2.0], [3.0]])
+    >>> out, weights = attn.scaled_dot_product_attention(q, k, v, return_weights=True)
+    >>> out.shape, weights.shape
+    ((2, 1), (2, 3))
+    >>> [round(float(w), 4) for w in weights[0]]
+    [0.4011, 0.1978, 0.4011]
+    >>> float(attn.scaled_dot_product_attention(q, k, v, causal=True)[0, 0])
+    1.0
+
+    A query with every key masked is an error when called eagerly, and a NaN under
+    ``jax.jit``:
+
+    >>> mask = jnp.array([[True, True, False], [False, False, False]])
+    >>> attn.scaled_dot_product_attention(q, k, v, mask=mask)
+    Traceback (most recent call last):
+    ...
+    ValueError: expected every query to attend to at least one key; got query 1 with ...
+    >>> masked = jax.jit(lambda q, k, v, m: attn.scaled_dot_product_attention(q, k, v, mask=m))
+    >>> jnp.isnan(masked(q, k, v, mask)[:, 0]).tolist()
+    [False, True]
     """
     return _algebra.scaled_dot_product_attention(
         q, k, v, mask, bias, scale, causal, return_weights, _XP
@@ -112,9 +142,10 @@ def multi_head_attention(
         Default ``key``.
     num_heads : int
         Divides ``embed_dim``; each head has ``embed_dim // num_heads`` features.
-    mask, bias : Array, broadcastable to (..., num_heads, Lq, Lk), optional
-        As in :func:`scaled_dot_product_attention`; the head axis is the third from last, so a
-        per-example mask of shape (B, Lq, Lk) is passed as ``mask[:, None]``.
+    mask, bias : Array, optional
+        Broadcastable to ``(..., num_heads, Lq, Lk)``. As in :func:`scaled_dot_product_attention`;
+        the head axis is the third from last, so a per-example mask of shape (B, Lq, Lk) is passed
+        as ``mask[:, None]``.
     scale : float, optional
         Default ``1 / sqrt(embed_dim // num_heads)``.
     causal, return_weights : bool
@@ -125,6 +156,29 @@ def multi_head_attention(
     out : Array, shape (..., Lq, out_dim)
     weights : Array, shape (..., num_heads, Lq, Lk)
         Only with ``return_weights=True``: every head's weights (not averaged).
+
+    Raises
+    ------
+    ValueError
+        ``params`` without a weight or with an unknown key, a weight or bias of another shape
+        than the inputs need, ``num_heads`` that does not divide ``embed_dim``, and what
+        :func:`scaled_dot_product_attention` raises.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from zoo.attention import jax_attention as attn
+    >>> params = attn.init_params(8, num_heads=2, key=jax.random.key(0))
+    >>> x = jax.random.normal(jax.random.key(1), (3, 5, 8))  # (batch, sequence, features)
+    >>> out, weights = attn.multi_head_attention(params, x, num_heads=2, return_weights=True)
+    >>> out.shape, weights.shape
+    ((3, 5, 8), (3, 2, 5, 5))
+
+    Pure, so it compiles with ``jax.jit`` (``num_heads`` is static):
+
+    >>> compiled = jax.jit(attn.multi_head_attention, static_argnames="num_heads")
+    >>> bool(jax.numpy.allclose(compiled(params, x, num_heads=2), out, atol=1e-6))
+    True
     """
     return _algebra.multi_head_attention(
         params, query, key, value, num_heads, mask, bias, scale, causal, return_weights, _XP
@@ -132,13 +186,85 @@ def multi_head_attention(
 
 
 def self_attention(params, x, *, num_heads, **options):
-    """Multi-head self-attention: queries, keys and values all come from ``x`` (..., L, dim)."""
+    """Multi-head self-attention: queries, keys and values all come from ``x`` (..., L, dim).
+
+    Parameters
+    ----------
+    params : dict of str to Array
+        The projections, as in :func:`multi_head_attention` (``query_dim = key_dim =
+        value_dim = dim``).
+    x : Array, shape (..., L, dim)
+        The sequence.
+    num_heads : int
+        Divides ``embed_dim``.
+    **options
+        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
+        :func:`multi_head_attention`.
+
+    Returns
+    -------
+    out : Array, shape (..., L, out_dim)
+    weights : Array, shape (..., num_heads, L, L)
+        Only with ``return_weights=True``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`multi_head_attention`.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from zoo.attention import jax_attention as attn
+    >>> params = attn.init_params(8, num_heads=2, key=jax.random.key(0))
+    >>> x = jax.random.normal(jax.random.key(1), (3, 5, 8))
+    >>> attn.self_attention(params, x, num_heads=2, causal=True).shape
+    (3, 5, 8)
+    """
     return multi_head_attention(params, x, x, x, num_heads=num_heads, **options)
 
 
 def cross_attention(params, x, context, *, num_heads, **options):
     """Multi-head cross-attention: queries from ``x`` (..., Lq, dim), keys and values from
-    ``context`` (..., Lk, context_dim)."""
+    ``context`` (..., Lk, context_dim).
+
+    Parameters
+    ----------
+    params : dict of str to Array
+        The projections, as in :func:`multi_head_attention` (``query_dim = dim``, ``key_dim =
+        value_dim = context_dim``).
+    x : Array, shape (..., Lq, dim)
+        The queries' sequence.
+    context : Array, shape (..., Lk, context_dim)
+        The sequence the queries attend to.
+    num_heads : int
+        Divides ``embed_dim``.
+    **options
+        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
+        :func:`multi_head_attention`.
+
+    Returns
+    -------
+    out : Array, shape (..., Lq, out_dim)
+    weights : Array, shape (..., num_heads, Lq, Lk)
+        Only with ``return_weights=True``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`multi_head_attention`.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from zoo.attention import jax_attention as attn
+    >>> params = attn.init_params(8, num_heads=2, kdim=4, vdim=4, key=jax.random.key(0))
+    >>> x = jax.random.normal(jax.random.key(1), (3, 5, 8))
+    >>> context = jax.random.normal(jax.random.key(2), (3, 7, 4))
+    >>> out, weights = attn.cross_attention(params, x, context, num_heads=2, return_weights=True)
+    >>> out.shape, weights.shape
+    ((3, 5, 8), (3, 2, 5, 7))
+    """
     return multi_head_attention(params, x, context, context, num_heads=num_heads, **options)
 
 
@@ -149,6 +275,44 @@ def init_params(
 
     ``kdim``, ``vdim`` (input sizes of keys and values) default to ``embed_dim``, and so does
     ``out_dim``; ``key`` is a ``jax.random`` key.
+
+    Parameters
+    ----------
+    embed_dim : int
+        The size of the queries (input and projected), and of the output by default.
+    num_heads : int
+        Divides ``embed_dim``.
+    kdim, vdim : int, optional
+        Input sizes of keys and values; default ``embed_dim``.
+    out_dim : int, optional
+        Output size; default ``embed_dim``.
+    bias : bool
+        Whether to include the four (zero) biases.
+    key : jax.random key
+        Draws the weights.
+    dtype : dtype, optional
+        Default: JAX's default float (float64 when its 64-bit mode is on).
+
+    Returns
+    -------
+    dict of str to Array
+        ``q_weight`` (embed_dim, embed_dim), ``k_weight`` (embed_dim, kdim), ``v_weight``
+        (embed_dim, vdim), ``out_weight`` (out_dim, embed_dim) in ``nn.Linear``'s (out, in)
+        layout, and with ``bias=True`` ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and
+        ``out_bias`` (out_dim,).
+
+    Raises
+    ------
+    ValueError
+        ``num_heads`` is not a positive int, or does not divide ``embed_dim``.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from zoo.attention import jax_attention as attn
+    >>> params = attn.init_params(8, 2, vdim=4, bias=False, key=jax.random.key(0))
+    >>> {name: value.shape for name, value in params.items()}
+    {'q_weight': (8, 8), 'k_weight': (8, 8), 'v_weight': (8, 4), 'out_weight': (8, 8)}
     """
     _checks.check_heads(embed_dim, num_heads)
     kdim = embed_dim if kdim is None else kdim
@@ -194,6 +358,60 @@ if eqx is not None:
             Use these parameters (named as :func:`multi_head_attention`'s dict, e.g.
             ``torch_attention.MultiHeadAttention``'s ``named_parameters()`` as arrays); the sizes
             are then read from them.
+        dtype : dtype, optional
+            Default: JAX's default float, or that of ``params``.
+
+        Attributes
+        ----------
+        num_heads : int
+            As given (a static field).
+        q_weight : jax.Array
+            The query projection, (embed_dim, query_dim), in ``nn.Linear``'s (out, in) layout.
+        k_weight : jax.Array
+            The key projection, (embed_dim, key_dim).
+        v_weight : jax.Array
+            The value projection, (embed_dim, value_dim).
+        out_weight : jax.Array
+            The output projection, (out_dim, embed_dim).
+        q_bias : jax.Array or None
+            The query projection's bias, (embed_dim,), or None.
+        k_bias : jax.Array or None
+            The key projection's bias, (embed_dim,), or None.
+        v_bias : jax.Array or None
+            The value projection's bias, (embed_dim,), or None.
+        out_bias : jax.Array or None
+            The output projection's bias, (out_dim,), or None.
+
+        Raises
+        ------
+        ValueError
+            Neither ``params`` nor both ``embed_dim`` and ``key``; ``params`` without
+            ``q_weight``, with an unknown key or with shapes that do not fit together;
+            ``num_heads`` that does not divide ``embed_dim``.
+
+        Examples
+        --------
+        >>> import jax
+        >>> from zoo.attention import jax_attention as attn
+        >>> module = attn.MultiHeadAttention(8, 2, key=jax.random.key(0))
+        >>> x = jax.random.normal(jax.random.key(1), (3, 5, 8))
+        >>> module(x).shape  # self-attention
+        (3, 5, 8)
+        >>> module(x, jax.random.normal(jax.random.key(2), (3, 7, 8))).shape  # cross-attention
+        (3, 5, 8)
+
+        The parameters of the torch module move over unchanged:
+
+        >>> import numpy as np
+        >>> import torch
+        >>> from zoo.attention import torch_attention
+        >>> torch_module = torch_attention.MultiHeadAttention(8, 2)
+        >>> params = {name: p.detach().numpy() for name, p in torch_module.named_parameters()}
+        >>> jax_module = attn.MultiHeadAttention(num_heads=2, params=params)
+        >>> x = torch.randn(3, 5, 8)
+        >>> expected = torch_module(x).detach().numpy()
+        >>> np.allclose(np.asarray(jax_module(x.numpy())), expected, atol=1e-5)
+        True
         """
 
         q_weight: jax.Array
@@ -244,6 +462,8 @@ if eqx is not None:
                 setattr(self, name, params.get(name))
 
         def params(self) -> dict:
+            """The parameters as :func:`multi_head_attention` takes them (biases that are None
+            left out)."""
             return {
                 name: getattr(self, name)
                 for name in _checks.PARAM_NAMES

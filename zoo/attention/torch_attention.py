@@ -65,6 +65,36 @@ def scaled_dot_product_attention(
         the scores eagerly (one reduction; on a GPU, a device synchronisation). Under
         ``torch.compile`` it is a graph break; under ``torch.jit.trace`` it runs at trace time
         only, and a fully masked query then gives NaN.
+
+    Examples
+    --------
+    Two queries over three keys (no batch axis):
+
+    >>> import torch
+    >>> from zoo.attention import torch_attention as attn
+    >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    >>> k = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    >>> v = torch.tensor([[1.0], [2.0], [3.0]])
+    >>> out, weights = attn.scaled_dot_product_attention(q, k, v, return_weights=True)
+    >>> out.shape, weights.shape
+    (torch.Size([2, 1]), torch.Size([2, 3]))
+    >>> weights.sum(-1)
+    tensor([1., 1.])
+    >>> torch.allclose(out, torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    True
+
+    With ``causal=True`` the first query sees only the first key:
+
+    >>> attn.scaled_dot_product_attention(q, k, v, causal=True)[0]
+    tensor([1.])
+
+    A query with every key masked is an error rather than a NaN:
+
+    >>> mask = torch.tensor([[True, True, False], [False, False, False]])
+    >>> attn.scaled_dot_product_attention(q, k, v, mask=mask)
+    Traceback (most recent call last):
+    ...
+    ValueError: expected every query to attend to at least one key; got query 1 with ...
     """
     return _algebra.scaled_dot_product_attention(
         q, k, v, mask, bias, scale, causal, return_weights, _XP
@@ -102,9 +132,10 @@ def multi_head_attention(
         Default ``key``.
     num_heads : int
         Divides ``embed_dim``; each head has ``embed_dim // num_heads`` features.
-    mask, bias : Tensor, broadcastable to (..., num_heads, Lq, Lk), optional
-        As in :func:`scaled_dot_product_attention`; the head axis is the third from last, so a
-        per-example mask of shape (B, Lq, Lk) is passed as ``mask[:, None]``.
+    mask, bias : Tensor, optional
+        Broadcastable to ``(..., num_heads, Lq, Lk)``. As in :func:`scaled_dot_product_attention`;
+        the head axis is the third from last, so a per-example mask of shape (B, Lq, Lk) is passed
+        as ``mask[:, None]``.
     scale : float, optional
         Default ``1 / sqrt(embed_dim // num_heads)``.
     causal, return_weights : bool
@@ -115,6 +146,40 @@ def multi_head_attention(
     out : Tensor, shape (..., Lq, out_dim)
     weights : Tensor, shape (..., num_heads, Lq, Lk)
         Only with ``return_weights=True``: every head's weights (not averaged).
+
+    Raises
+    ------
+    ValueError
+        ``params`` without a weight or with an unknown key, a weight or bias of another shape
+        than the inputs need, ``num_heads`` that does not divide ``embed_dim``, and what
+        :func:`scaled_dot_product_attention` raises.
+
+    Examples
+    --------
+    The same computation as ``torch.nn.MultiheadAttention`` with these projections:
+
+    >>> import torch
+    >>> from zoo.attention import torch_attention as attn
+    >>> generator = torch.Generator().manual_seed(0)
+    >>> params = attn.init_params(8, num_heads=2, generator=generator)
+    >>> x = torch.randn(3, 5, 8, generator=generator)  # (batch, sequence, features)
+    >>> out, weights = attn.multi_head_attention(params, x, num_heads=2, return_weights=True)
+    >>> out.shape, weights.shape
+    (torch.Size([3, 5, 8]), torch.Size([3, 2, 5, 5]))
+    >>> reference = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    >>> qkv = ("q", "k", "v")
+    >>> reference.load_state_dict({
+    ...     "in_proj_weight": torch.cat([params[f"{n}_weight"] for n in qkv]),
+    ...     "in_proj_bias": torch.cat([params[f"{n}_bias"] for n in qkv]),
+    ...     "out_proj.weight": params["out_weight"],
+    ...     "out_proj.bias": params["out_bias"],
+    ... })
+    <All keys matched successfully>
+    >>> expected, expected_weights = reference(x, x, x, average_attn_weights=False)
+    >>> torch.allclose(out, expected, atol=1e-6)
+    True
+    >>> torch.allclose(weights, expected_weights, atol=1e-6)
+    True
     """
     return _algebra.multi_head_attention(
         params, query, key, value, num_heads, mask, bias, scale, causal, return_weights, _XP
@@ -122,13 +187,90 @@ def multi_head_attention(
 
 
 def self_attention(params, x, *, num_heads, **options):
-    """Multi-head self-attention: queries, keys and values all come from ``x`` (..., L, dim)."""
+    """Multi-head self-attention: queries, keys and values all come from ``x`` (..., L, dim).
+
+    Parameters
+    ----------
+    params : dict of str to Tensor
+        The projections, as in :func:`multi_head_attention` (``query_dim = key_dim =
+        value_dim = dim``).
+    x : Tensor, shape (..., L, dim)
+        The sequence.
+    num_heads : int
+        Divides ``embed_dim``.
+    **options
+        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
+        :func:`multi_head_attention`.
+
+    Returns
+    -------
+    out : Tensor, shape (..., L, out_dim)
+    weights : Tensor, shape (..., num_heads, L, L)
+        Only with ``return_weights=True``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`multi_head_attention`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from zoo.attention import torch_attention as attn
+    >>> generator = torch.Generator().manual_seed(0)
+    >>> params = attn.init_params(8, num_heads=2, generator=generator)
+    >>> x = torch.randn(3, 5, 8, generator=generator)
+    >>> out = attn.self_attention(params, x, num_heads=2, causal=True)
+    >>> out.shape
+    torch.Size([3, 5, 8])
+    >>> torch.equal(out, attn.multi_head_attention(params, x, num_heads=2, causal=True))
+    True
+    """
     return multi_head_attention(params, x, x, x, num_heads=num_heads, **options)
 
 
 def cross_attention(params, x, context, *, num_heads, **options):
     """Multi-head cross-attention: queries from ``x`` (..., Lq, dim), keys and values from
-    ``context`` (..., Lk, context_dim)."""
+    ``context`` (..., Lk, context_dim).
+
+    Parameters
+    ----------
+    params : dict of str to Tensor
+        The projections, as in :func:`multi_head_attention` (``query_dim = dim``, ``key_dim =
+        value_dim = context_dim``).
+    x : Tensor, shape (..., Lq, dim)
+        The queries' sequence.
+    context : Tensor, shape (..., Lk, context_dim)
+        The sequence the queries attend to.
+    num_heads : int
+        Divides ``embed_dim``.
+    **options
+        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
+        :func:`multi_head_attention`.
+
+    Returns
+    -------
+    out : Tensor, shape (..., Lq, out_dim)
+    weights : Tensor, shape (..., num_heads, Lq, Lk)
+        Only with ``return_weights=True``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`multi_head_attention`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from zoo.attention import torch_attention as attn
+    >>> generator = torch.Generator().manual_seed(0)
+    >>> params = attn.init_params(8, num_heads=2, kdim=4, vdim=4, generator=generator)
+    >>> x = torch.randn(3, 5, 8, generator=generator)
+    >>> context = torch.randn(3, 7, 4, generator=generator)
+    >>> out, weights = attn.cross_attention(params, x, context, num_heads=2, return_weights=True)
+    >>> out.shape, weights.shape
+    (torch.Size([3, 5, 8]), torch.Size([3, 2, 5, 7]))
+    """
     return multi_head_attention(params, x, context, context, num_heads=num_heads, **options)
 
 
@@ -149,6 +291,51 @@ def init_params(
 
     ``kdim``, ``vdim`` (input sizes of keys and values) default to ``embed_dim``, and so does
     ``out_dim``; ``generator`` is a ``torch.Generator`` for reproducible draws.
+
+    Parameters
+    ----------
+    embed_dim : int
+        The size of the queries (input and projected), and of the output by default.
+    num_heads : int
+        Divides ``embed_dim``.
+    kdim, vdim : int, optional
+        Input sizes of keys and values; default ``embed_dim``.
+    out_dim : int, optional
+        Output size; default ``embed_dim``.
+    bias : bool
+        Whether to include the four (zero) biases.
+    generator : torch.Generator, optional
+        Draws the weights; default torch's global generator.
+    dtype : torch.dtype, optional
+        Default ``torch.get_default_dtype()``.
+    device : torch.device or str, optional
+        Where the tensors live.
+
+    Returns
+    -------
+    dict of str to Tensor
+        ``q_weight`` (embed_dim, embed_dim), ``k_weight`` (embed_dim, kdim), ``v_weight``
+        (embed_dim, vdim), ``out_weight`` (out_dim, embed_dim) in ``nn.Linear``'s (out, in)
+        layout, and with ``bias=True`` ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and
+        ``out_bias`` (out_dim,).
+
+    Raises
+    ------
+    ValueError
+        ``num_heads`` is not a positive int, or does not divide ``embed_dim``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from zoo.attention import torch_attention as attn
+    >>> params = attn.init_params(8, 2, kdim=4, generator=torch.Generator().manual_seed(0))
+    >>> {n: tuple(v.shape) for n, v in params.items()}  # doctest: +NORMALIZE_WHITESPACE
+    {'q_weight': (8, 8), 'q_bias': (8,), 'k_weight': (8, 4), 'k_bias': (8,),
+     'v_weight': (8, 8), 'v_bias': (8,), 'out_weight': (8, 8), 'out_bias': (8,)}
+    >>> attn.init_params(8, 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: expected embed_dim divisible by num_heads; got embed_dim=8, num_heads=3.
     """
     _checks.check_heads(embed_dim, num_heads)
     kdim = embed_dim if kdim is None else kdim
@@ -185,10 +372,58 @@ class MultiHeadAttention(nn.Module):
         Output size; default ``embed_dim``.
     bias : bool
         Whether the four projections have biases.
+    generator : torch.Generator, optional
+        Draws the initial weights (:func:`init_params`).
+    dtype : torch.dtype, optional
+        Default ``torch.get_default_dtype()``.
+    device : torch.device or str, optional
+        Where the parameters live.
 
+    Attributes
+    ----------
+    num_heads : int
+        As given.
+    q_weight : torch.nn.Parameter
+        The query projection, (embed_dim, embed_dim), in ``nn.Linear``'s (out, in) layout.
+    k_weight : torch.nn.Parameter
+        The key projection, (embed_dim, kdim).
+    v_weight : torch.nn.Parameter
+        The value projection, (embed_dim, vdim).
+    out_weight : torch.nn.Parameter
+        The output projection, (out_dim, embed_dim).
+    q_bias : torch.nn.Parameter
+        The query projection's bias, (embed_dim,) (with ``bias=True``).
+    k_bias : torch.nn.Parameter
+        The key projection's bias, (embed_dim,) (with ``bias=True``).
+    v_bias : torch.nn.Parameter
+        The value projection's bias, (embed_dim,) (with ``bias=True``).
+    out_bias : torch.nn.Parameter
+        The output projection's bias, (out_dim,) (with ``bias=True``).
+
+    Raises
+    ------
+    ValueError
+        ``num_heads`` is not a positive int, or does not divide ``embed_dim``.
+
+    Notes
+    -----
     The parameters are named as :func:`multi_head_attention`'s dict, so
     ``dict(module.named_parameters())`` is that dict and ``jax_attention.MultiHeadAttention``
     takes it unchanged (after conversion to arrays).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from zoo.attention import torch_attention as attn
+    >>> module = attn.MultiHeadAttention(8, 2, generator=torch.Generator().manual_seed(0))
+    >>> sorted(dict(module.named_parameters()))  # doctest: +NORMALIZE_WHITESPACE
+    ['k_bias', 'k_weight', 'out_bias', 'out_weight', 'q_bias', 'q_weight', 'v_bias',
+     'v_weight']
+    >>> x = torch.randn(3, 5, 8)
+    >>> module(x).shape  # self-attention
+    torch.Size([3, 5, 8])
+    >>> module(x, torch.randn(3, 7, 8)).shape  # cross-attention
+    torch.Size([3, 5, 8])
     """
 
     def __init__(
@@ -221,6 +456,7 @@ class MultiHeadAttention(nn.Module):
             setattr(self, name, nn.Parameter(value))
 
     def params(self) -> dict:
+        """The parameters as :func:`multi_head_attention` takes them (``named_parameters()``)."""
         return dict(self.named_parameters())
 
     def forward(self, query, key=None, value=None, **options):

@@ -234,7 +234,15 @@ def prepare(
     width, num_heads, num_layers, mlp_dim :
         Model width (divisible by ``num_heads``), heads, blocks, MLP size (default ``2 * width``).
     attention : {"weibull", "lognormal", "softmax"}
+        The attention weights: ``"weibull"``, latent with a Weibull posterior and a Gamma prior;
+        ``"lognormal"``, latent with a log-normal posterior and prior; both have the softmax
+        attention as posterior mean. ``"softmax"``: the deterministic softmax weights, no
+        latent site (the guide is empty).
     prior : {"fixed", "contextual"}
+        ``"fixed"``: the prior's ``prior_alpha`` (Weibull) or ``prior_mean`` (log-normal) as
+        given. ``"contextual"``: that parameter is a softmax over the visible keys of a small
+        network of the keys (one per layer, shared by the heads; ``prior_hidden`` units);
+        ``prior_beta`` and ``prior_sigma`` stay fixed. No effect with ``attention="softmax"``.
     concentration : float
         Weibull shape ``k > 0`` of the posterior (larger: less noise).
     sigma : float

@@ -131,6 +131,40 @@ def prepare(
 
     ``reg_covar`` adds a constant to the diagonal of each component's scatter matrix in the
     closed-form update, as scikit-learn does; it defaults to 0 here so that CAVI is exact.
+
+    Parameters
+    ----------
+    data : dict
+        ``x``: (N, D) observations.
+    K : int
+        Number of components, in ``[1, N]`` (with ``weight_prior="dirichlet_process"``, the
+        truncation level of the stick-breaking prior).
+    weight_prior : {"dirichlet_process", "dirichlet_distribution"}
+        Prior of the mixture weights: ``"dirichlet_process"``, stick-breaking
+        ``v_k ~ Beta(1, gamma0)``, ``pi_k = v_k prod_{j<k} (1 - v_j)``, truncated at ``K`` as
+        scikit-learn truncates it; ``"dirichlet_distribution"``, ``pi ~ Dirichlet(alpha0 1_K)``.
+    weight_concentration_prior : float, optional
+        The concentration ``> 0`` of the weight prior: ``gamma0`` of the sticks' Beta(1, gamma0)
+        or ``alpha0`` of the Dirichlet. None: ``1 / K``, as in scikit-learn.
+    mean_prior : array of shape (D,), optional
+        ``m0``, the prior mean of every component's mean (finite). None: the mean of the data,
+        as in scikit-learn.
+    mean_precision_prior : float, optional
+        ``beta0 > 0``: ``mu_k | Lambda_k ~ Normal(m0, (beta0 Lambda_k)^-1)``. None: 1, as in
+        scikit-learn.
+    degrees_of_freedom_prior : float, optional
+        ``nu0``, the degrees of freedom of the Wishart prior of each precision matrix; finite and
+        greater than ``D - 1``. None: ``D``, as in scikit-learn.
+    covariance_prior : array of shape (D, D), optional
+        ``W0^-1``, the inverse of the Wishart scale matrix (so ``E[Lambda_k]^-1 = W0^-1 / nu0``);
+        symmetric positive definite. None: the covariance of the data (``np.cov``), as in
+        scikit-learn; that needs more rows than columns and no constant column.
+    reg_covar : float
+        ``>= 0``, added to the diagonal of each component's covariance estimate (its scatter
+        matrix over ``N_k``) in the closed-form update: CAVI's and svi-natural's updates, and
+        the one update from which SVI's guides and NUTS's chains start. It is not part of the
+        model's density. Default 0, which keeps CAVI exact (scikit-learn's default is 1e-6);
+        raise it when a component's covariance goes singular.
     """
     x = data["x"]
     n, d = x.shape

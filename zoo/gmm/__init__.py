@@ -31,7 +31,20 @@ class GMMConfig:
 
 
 def prepare(data, K: int = 10, reg_covar: float = 1e-6) -> GMMConfig:
-    """``reg_covar`` is added to each covariance's diagonal in the M-step, as in scikit-learn."""
+    """``reg_covar`` is added to each covariance's diagonal in the M-step, as in scikit-learn.
+
+    Parameters
+    ----------
+    data : dict
+        ``x``: (N, D) observations.
+    K : int
+        Number of components, in ``[1, N]``.
+    reg_covar : float
+        ``>= 0``, added to the diagonal of each component's covariance in the closed-form M-step
+        (EM's, and the one update from which SVI's starting values come), as in scikit-learn's
+        ``GaussianMixture``, whose default 1e-6 it shares: it keeps the covariances positive
+        definite. SVI's gradient steps do not add it.
+    """
     n, d = data["x"].shape
     K = check_components(K, n)
     reg_covar = check_float("reg_covar", reg_covar, 0.0, low_closed=True)

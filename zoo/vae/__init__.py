@@ -76,6 +76,21 @@ def prepare(
     hidden: int | tuple[int, ...] = (200, 200),
     activation: str = "tanh",
 ) -> VAEConfig:
+    """Check the options against the data; returns the config.
+
+    Parameters
+    ----------
+    data : dict
+        ``x``: (N, D) binary pixels (0 or 1), images flattened.
+    latent_dim : int
+        ``L >= 1``, the dimension of each image's latent ``z_n ~ Normal(0, I_L)``.
+    hidden : int or tuple of int
+        Sizes of the hidden layers (each ``>= 1``, at least one layer; an int is one layer): the
+        encoder's from the pixels on, the decoder's the same in reverse order. The default
+        ``(200, 200)`` is Burda et al.'s (2016).
+    activation : {"tanh", "relu", "softplus"}
+        The nonlinearity after every hidden layer of both networks.
+    """
     x = data["x"]
     check_binary(x)
     check_types(prepare, {"hidden": hidden}, "model 'vae'")  # a string would read as digits

@@ -28,7 +28,13 @@ def make_guide(name, config, init):
         raise ValueError(f"Unknown guide {name!r}; valid guides are ['full_rank', 'mean_field'].")
 
     def param(param_name, default, constraint):
-        value = jnp.asarray(init.get(param_name, default), dtype=default.dtype)
+        """``numpyro.param(param_name)``, starting from ``init[param_name]`` if given."""
+        if param_name not in init:
+            return numpyro.param(param_name, default, constraint=constraint)
+        # jnp.asarray makes an immutable JAX array of its own from a NumPy array (read-only or
+        # not), so no copy is needed here; it also takes traced JAX arrays, which np.array does
+        # not.
+        value = jnp.asarray(init[param_name], dtype=default.dtype)
         return numpyro.param(param_name, value, constraint=constraint)
 
     def guide(data, config, temperature=None):

@@ -6,6 +6,7 @@ registers the model. Do not call this file ``pyro.py``: ``import pyro`` would fi
 
 from __future__ import annotations
 
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -39,8 +40,19 @@ def make_guide(name, config, init):
         raise ValueError(f"Unknown guide {name!r}; valid guides are ['full_rank', 'mean_field'].")
 
     def param(param_name, default, constraint):
-        value = torch.as_tensor(init.get(param_name, default), dtype=default.dtype)
-        return pyro.param(param_name, value.to(default.device), constraint=constraint)
+        """``pyro.param(param_name)``, starting from ``init[param_name]`` if given."""
+        if param_name not in init:
+            return pyro.param(param_name, default, constraint=constraint)
+        value = init[param_name]
+        # A copy (np.array), made once, when the parameter is created. torch.as_tensor alone
+        # may share init's array, and the optimiser updates parameters in place: a read-only
+        # array (a NumPyro fit's raw_params) makes torch warn, and a writable one (a Pyro fit's
+        # raw_params) would be overwritten by this fit.
+        return pyro.param(
+            param_name,
+            lambda: torch.as_tensor(np.array(value), dtype=default.dtype, device=default.device),
+            constraint=constraint,
+        )
 
     def guide(data, config, temperature=None):
         x = data["x"]

@@ -1,0 +1,186 @@
+"""The API reference's examples run and print what they say they print.
+
+Every public object of the reference (``docs/api/``) has a numpydoc docstring with an
+``Examples`` section; this runs those examples (with the examples of the object's methods and
+properties) as doctests. The examples fit tiny data sets for a few steps, so the whole module
+takes seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+API_PAGES = Path(__file__).resolve().parents[1] / "docs" / "api"
+
+#: The objects of the API reference, as ``"module:name"``.
+OBJECTS = [
+    # inference
+    "inference:fit",
+    "inference:compare",
+    "inference.compare:Comparison",
+    "inference:load",
+    "inference:FitResult",
+    "inference:list_algorithms",
+    "inference:get_algorithm",
+    "inference:CheckpointError",
+    "inference:CheckpointInUseError",
+    "inference:ConcurrentFitError",
+    "inference:NonFiniteObjectiveError",
+    "inference:DataError",
+    "inference:StreamEndedError",
+    # the model registry
+    "zoo:ModelSpec",
+    "zoo:DataField",
+    "zoo:ModelSpecError",
+    "zoo:register",
+    "zoo:unregister",
+    "zoo:get_model",
+    "zoo:list_models",
+    # checking a model
+    "inference.conformance:check_model",
+    "inference.conformance:ConformanceReport",
+    "inference.conformance:CheckResult",
+    "zoo.testing:check_spec",
+    "zoo.testing:check_registration",
+    "zoo.testing:check_twins_and_log_joint",
+    # data sets
+    "zoo.datasets:load_mnist",
+    "zoo.datasets:load_binarized_mnist",
+    "zoo.datasets:dynamic_binarize",
+    "zoo.datasets:load_digits_binarized",
+    "zoo.datasets:download",
+    "zoo.datasets:DatasetError",
+    "zoo.datasets:resolve_data_dir",
+    # attention
+    *(
+        f"zoo.attention.{module}:{name}"
+        for module in ("torch_attention", "jax_attention", "numpy_attention")
+        for name in (
+            "scaled_dot_product_attention",
+            "multi_head_attention",
+            "self_attention",
+            "cross_attention",
+        )
+    ),
+    "zoo.attention.torch_attention:init_params",
+    "zoo.attention.torch_attention:MultiHeadAttention",
+    "zoo.attention.jax_attention:init_params",
+    "zoo.attention.jax_attention:MultiHeadAttention",
+    # distributions
+    "zoo.distributions:RelaxedOneHotCategorical",
+    "zoo.distributions:StickBreakingCategorical",
+    "zoo.distributions:stick_breaking_log_weights",
+    "zoo.distributions:Wishart",
+    "zoo.distributions:Normal",
+    "zoo.distributions:LowerCholeskyTransform",
+    "zoo.distributions:StickBreakingTransform",
+    "zoo.torch_distributions:StickBreakingCategorical",
+    "zoo.torch_distributions:stick_breaking_log_weights",
+    "zoo.torch_distributions:Wishart",
+    "zoo.torch_distributions:PositiveDefiniteFromVector",
+    "zoo.bayesian_attention.torch_distributions:LogScaleWeibull",
+    "zoo.bayesian_attention.torch_distributions:WeibullAttention",
+    "zoo.bayesian_attention.torch_distributions:GammaAttention",
+    "zoo.bayesian_attention.torch_distributions:LogNormalAttention",
+    "zoo.bayesian_attention.torch_distributions:kl_weibull_gamma",
+    "zoo.bayesian_attention.torch_distributions:kl_lognormal_lognormal",
+    "zoo.bayesian_attention.torch_distributions:kl_weibull_gamma_attention",
+    "zoo.bayesian_attention.torch_distributions:kl_lognormal_attention",
+    "zoo.bayesian_attention.numpyro_distributions:LogScaleWeibull",
+    "zoo.bayesian_attention.numpyro_distributions:LogNormalFlatNoise",
+    "zoo.bayesian_attention.numpyro_distributions:kl_weibull_gamma",
+    "zoo.bayesian_attention.numpyro_distributions:kl_lognormal_lognormal",
+]
+
+#: Objects whose examples read MNIST from ``$ZOO_DATA_DIR`` (set from the ``data_dir`` fixture).
+NEEDS_MNIST = {
+    "zoo.datasets:load_mnist",
+    "zoo.datasets:load_binarized_mnist",
+    "zoo.datasets:download",
+}
+
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The examples' tensors are tiny: on more threads than one, torch's ops only wait for each
+    other (a CAVI step of the examples' mixture takes 50 times as long on a busy machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def resolve(path: str):
+    """The object at ``"module:name"``."""
+    module, _, name = path.partition(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def sections(doc: str) -> set[str]:
+    """The numpydoc section titles of a docstring."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    return {
+        lines[i].strip()
+        for i in range(len(lines) - 1)
+        if re.fullmatch(r"-{3,}", lines[i + 1].strip()) and lines[i].strip()
+    }
+
+
+def doctests(path: str) -> list[doctest.DocTest]:
+    """The doctests of an object and of its methods and properties."""
+    obj = resolve(path)
+    module = inspect.getmodule(obj)
+    found = doctest.DocTestFinder(recurse=True).find(obj, path, module=module)
+    return [test for test in found if test.examples]
+
+
+def test_the_reference_documents_these_objects():
+    """The pages of ``docs/api/`` document (autodoc) the objects whose examples run here."""
+    directive = re.compile(r"^\.\. auto(?:function|class|exception):: (\S+)", re.M)
+    documented = {
+        name for page in API_PAGES.glob("*.md") for name in directive.findall(page.read_text())
+    }
+    assert documented == {path.replace(":", ".") for path in OBJECTS}
+
+
+@pytest.mark.parametrize("path", OBJECTS)
+def test_docstring_sections(path):
+    """Every object documents its parameters, what it returns (or holds) and an example."""
+    obj = resolve(path)
+    found = sections(obj.__doc__)
+    required = [{"Examples"}]
+    if inspect.isroutine(obj):
+        if any(p not in ("self", "cls") for p in inspect.signature(obj).parameters):
+            required.append({"Parameters"})
+        required.append({"Returns", "Yields"})
+    else:
+        required.append({"Parameters", "Attributes"})
+    missing = [" or ".join(sorted(names)) for names in required if not names & found]
+    assert not missing, f"{path}: the docstring has no {missing} section"
+
+
+@pytest.mark.parametrize("path", OBJECTS)
+def test_examples(path, request, monkeypatch):
+    """The examples of the object, its methods and its properties print what they show."""
+    if path in NEEDS_MNIST:
+        monkeypatch.setenv("ZOO_DATA_DIR", str(request.getfixturevalue("data_dir")))
+    tests = doctests(path)
+    assert tests, f"{path} has no examples"
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    report, failed = [], 0
+    for test in tests:
+        failed += runner.run(test, out=report.append, clear_globs=True).failed
+    assert not failed, "".join(report)
