@@ -20,6 +20,8 @@ Writes to ``--out``: ``results.json`` (every run), ``results.md`` (mean +- std o
 ``reliability.png`` (reliability diagrams on clean test digits at ``--reliability-size``, by
 default the smallest training size, pooled over seeds).
 
+Commands::
+
     python examples/bayesian_attention.py --quick      # seconds: a smoke run (tests run this)
     python examples/bayesian_attention.py --seeds 0 1 2 --train-sizes 1000 10000 60000
     python examples/bayesian_attention.py --summarize outputs/bayesian_attention/results.json

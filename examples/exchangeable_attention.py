@@ -30,6 +30,8 @@ one fitted log-log slope summarises the range, it is not a power law. The ideal 
 ELBO fit that has converged) sit at float64 rounding, relative to the mass P puts on the wrong
 components, which is why even their error falls with ``N``.
 
+Commands::
+
     python examples/exchangeable_attention.py            # the experiment (a few minutes)
     python examples/exchangeable_attention.py --quick    # seconds: a smoke run (tests run this)
 """

@@ -10,6 +10,8 @@ its posterior means are from NUTS's, in NUTS's posterior sds, and how its sds co
 (mean-field VI understates them). Writes both tables (markdown and JSON), the objective against
 wall time, the fitted ellipses and the posterior marginals of a few parameters.
 
+Commands::
+
     python examples/gmm_compare.py             # the full comparison on the built-in data
     python examples/gmm_compare.py --nuts-backends numpyro,pyro   # NUTS rows on both backends
     python examples/gmm_compare.py --quick     # seconds: a smoke run (tests run this)

@@ -17,6 +17,8 @@ and in nats:
 
 and draws test digits with their soft and hard completions (``completions.png``).
 
+Commands::
+
     python examples/mnist_completion.py --K 10 50 100   # the experiment (minutes)
     python examples/mnist_completion.py --quick         # seconds: a smoke run (tests run this)
 

@@ -18,6 +18,8 @@ the ELBO (one draw per image) and the importance-weighted log p(x) with ``--eval
 nats per image. Writes ``metrics.json``, reconstructions, samples from the prior and, for a 2-D
 latent under the dynamic protocol, the latent space coloured by digit label, to ``--out``.
 
+Commands::
+
     python examples/vae.py --quick            # seconds, small subset: what the tests run
     python examples/vae.py --backend numpyro --epochs 1000 --patience 50
     python examples/vae.py --protocol dynamic --lr-schedule burda --schedule-scale 0.33

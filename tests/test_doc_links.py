@@ -19,6 +19,8 @@ def test_relative_links_point_to_files(page):
     for target, _ in LINK.findall(text):
         if re.match(r"[a-z]+:", target):
             continue  # http(s), mailto: not reachable from the test machine
+        if page.parent.name == "docs" and target.startswith("gallery/"):
+            continue  # written by the build from examples/; the build checks these links
         base = ROOT / "docs" if target.startswith("/") else page.parent
         if not (base / target.lstrip("/")).exists():
             missing.append(target)
