@@ -122,11 +122,17 @@ def _why_not_sampled(spec) -> str:
     tags = set(spec.tags)
     if "maximum-likelihood" in tags:
         return "its parameters have no prior, so there is no posterior to sample"
-    if tags & {"amortized", "neural", "local-latent"}:
-        return (
-            "its latent variables are continuous and local to each data point, and it holds "
-            "networks: NUTS samples a model's latent variables jointly, not an amortized guide"
-        )
+    reasons = []  # from what the spec declares, so that each holds for this model
+    if "local-latent" in tags:
+        kind = "" if "discrete-latent" in tags else "continuous and "
+        reasons.append(f"its latent variables are {kind}local to each data point")
+    if "neural" in tags:
+        reasons.append("it holds networks")
+    if "amortized" in tags:
+        reasons.append("it is fitted through an amortized guide")
+    if reasons:
+        listed = ", ".join(reasons[:-1]) + (" and " if len(reasons) > 1 else "") + reasons[-1]
+        return f"{listed}: NUTS samples a model's latent variables jointly, not a guide"
     return "it does not declare how its sampled sites read as draws"
 
 
