@@ -425,6 +425,9 @@ def test_degenerate_data_name_the_data_not_the_prior():
     with pytest.raises(ValueError, match=r"data\['x'\] holds values up to"):  # priors given
         _fit("bayesian_gmm", "cavi", "pyro", data={"x": GMM_X * 1e200}, K=1,
              mean_prior=[0.0, 0.0], covariance_prior=np.eye(2))  # fmt: skip
+    for backend in ("pyro", "numpyro"):  # the k-means start on them crashed the process
+        with pytest.raises(ValueError, match=r"whose squares overflow float64 \(in the k-means"):
+            _fit("gmm", "em", backend, data={"x": GMM_X * 1e160}, K=3)
     # One row with a prior given is a model the data can be fitted to.
     one = _fit(
         "bayesian_gmm", "cavi", "pyro", data={"x": GMM_X[:1]}, K=1, covariance_prior=np.eye(2)

@@ -78,12 +78,17 @@ def _check_data_scale(x, need_covariance: bool) -> None:
             f"data['x'] has {n} row; the default covariance_prior (the covariance of the data) "
             "needs at least 2 rows: pass more data, or covariance_prior= (a (D, D) matrix)."
         )
+    check_squares(x, "in the data's covariance, the default covariance_prior, and in every update")
+
+
+def check_squares(x, where: str) -> None:
+    """Refuse data whose squares (summed over the rows) overflow float64 ``where`` they are
+    taken: a mixture's updates and its k-means start would compute with infinities."""
     largest = float(np.max(np.abs(x)))
-    if largest > np.sqrt(np.finfo(np.float64).max / n):
+    if largest > np.sqrt(np.finfo(np.float64).max / len(x)):
         raise ValueError(
-            f"data['x'] holds values up to {largest:.3g}, whose squares overflow float64 (in "
-            "the data's covariance, the default covariance_prior, and in every update); "
-            "rescale the data, e.g. standardise each column."
+            f"data['x'] holds values up to {largest:.3g}, whose squares overflow float64 "
+            f"({where}); rescale the data, e.g. standardise each column."
         )
 
 

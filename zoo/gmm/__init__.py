@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zoo.bayesian_gmm import MIXTURE_ADVICE, check_components, check_dim
+from zoo.bayesian_gmm import MIXTURE_ADVICE, check_components, check_dim, check_squares
 from zoo.gmm import posterior
 from zoo.options import check_float
 from zoo.spec import DataField, ModelSpec
@@ -47,6 +47,7 @@ def prepare(data, K: int = 10, reg_covar: float = 1e-6) -> GMMConfig:
     """
     n, d = data["x"].shape
     K = check_components(K, n)
+    check_squares(data["x"], "in the k-means start and in every update")
     reg_covar = check_float("reg_covar", reg_covar, 0.0, low_closed=True)
     return GMMConfig(K=K, dim=d, reg_covar=reg_covar)
 
