@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 from pathlib import Path
 
+from numpydoc.docscrape import NumpyDocString
 from sphinx.util import logging
 
 import inference
@@ -32,21 +32,10 @@ OUT = Path(__file__).resolve().parents[1] / "_generated"
 def parameter_docs(obj) -> dict[str, str]:
     """The entries of the numpydoc ``Parameters`` section of ``obj``'s docstring, by name (an
     entry ``a, b : float`` documents both), each as one line of text."""
-    lines = inspect.cleandoc(obj.__doc__ or "").splitlines() + [""]
-    heads = [i for i in range(len(lines) - 1) if re.fullmatch(r"-{3,}", lines[i + 1].strip())]
-    starts = [i for i in heads if lines[i].strip() == "Parameters"]
-    if not starts:
-        return {}
-    end = next((i for i in heads if i > starts[0]), len(lines))
-    out: dict[str, str] = {}
-    names: list[str] = []
-    for line in lines[starts[0] + 2 : end]:
-        if line and not line[0].isspace():
-            names = [n.strip() for n in line.split(" : ")[0].rstrip(":").split(",")]
-            out.update({n: "" for n in names})
-        elif line.strip():
-            for n in names:
-                out[n] = (out[n] + " " + line.strip()).strip()
+    out = {}
+    for entry in NumpyDocString(inspect.getdoc(obj) or "")["Parameters"]:
+        for name in entry.name.split(","):
+            out[name.strip()] = " ".join(line.strip() for line in entry.desc).strip()
     return out
 
 
