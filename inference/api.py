@@ -20,7 +20,7 @@ from inference.algorithm import Problem
 from inference.backends import get_backend
 from inference.checkpoint_guard import check_path, exclusive
 from inference.loop import nonfinite_advice, run
-from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms
+from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms, supporting
 from inference.result import FitResult
 from inference.validation import Validation
 from zoo import get_model
@@ -328,7 +328,7 @@ def fit(
     back = get_backend(backend)
     why = alg.unsupported(spec)
     if why is not None:
-        valid = [a for a in list_algorithms() if get_algorithm(a).supports(spec)]
+        valid = supporting(spec)
         raise ValueError(
             f"Model {spec.name!r} does not support algorithm {algorithm!r} ({why}); it "
             f"supports {valid}."

@@ -27,6 +27,7 @@ from inference.registry import (
     first_supporting,
     get_algorithm,
     list_algorithms,
+    supporting,
 )
 from zoo.files import atomic_write
 
@@ -319,7 +320,7 @@ def _main(argv) -> int:
             {
                 "name": spec.name,
                 "description": spec.description,
-                "algorithms": [a for a in list_algorithms() if get_algorithm(a).supports(spec)],
+                "algorithms": supporting(spec),
                 "guides": list(spec.guides),
                 "source": zoo.model_source(spec.name),
             }

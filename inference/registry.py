@@ -118,6 +118,11 @@ def get_algorithm(name: str) -> Algorithm:
     return _REGISTRY[name]
 
 
+def supporting(spec) -> list[str]:
+    """The names of the registered algorithms that fit ``spec``, sorted."""
+    return [name for name in list_algorithms() if get_algorithm(name).supports(spec)]
+
+
 def first_supporting(spec) -> str:
     """The first algorithm, in the order of registration, that fits ``spec``: a model's own
     closed-form updates before gradient steps (the built-ins come first, in that order)."""

@@ -24,6 +24,7 @@ from sphinx.util import logging
 import inference
 import zoo
 from inference.api import model_options
+from inference.registry import supporting
 
 logger = logging.getLogger(__name__)
 OUT = Path(__file__).resolve().parents[1] / "_generated"
@@ -137,7 +138,7 @@ def models_table() -> str:
     lines = ["| model | what | algorithms | SVI guides |", "|---|---|---|---|"]
     for name in zoo.list_models():
         spec = zoo.get_model(name, check=False)
-        algs = [a for a in inference.list_algorithms() if inference.get_algorithm(a).supports(spec)]
+        algs = supporting(spec)
         lines.append(
             f"| [`{name}`](/models/{name}.md) | {_cell(spec.description)} | "
             + ", ".join(f"`{a}`" for a in algs)
