@@ -160,11 +160,13 @@ def main(argv=None):
     rng = np.random.default_rng(args.seed)
     train, test = spec.make_data(rng, args.n), spec.make_data(rng, args.n)
     common = dict(test_data=test, seeds=(args.seed,), num_samples=100 if args.quick else 1000)
-    # CAVI, EM and SVI, as both comparisons run them.
+    # CAVI, EM and SVI, as both comparisons run them. jit=True: Pyro's SVI runs its compiled
+    # ELBO, about twice as fast per step and the same numbers (NumPyro always compiles).
     fits = dict(
         algorithms=("cavi", "em", "svi"),
         backends=tuple(args.backends.split(",")),
         num_steps={"cavi": 500, "em": 500, "svi": args.svi_steps},
+        jit=True,
     )
     os.makedirs(args.out, exist_ok=True)
 

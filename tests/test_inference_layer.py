@@ -39,6 +39,21 @@ def test_svi_improves(gmm_data, backend, guide):
     assert h[-30:].mean() > h[:30].mean()
 
 
+@pytest.mark.parametrize(
+    "guide,options",
+    [("enum", {}), ("gumbel", {}), ("enum", {"batch_size": 120}), ("enum", {"dtype": "float32"})],
+)
+def test_pyro_jit_computes_what_the_uncompiled_fit_computes(gmm_data, guide, options):
+    """A compiled Pyro fit draws the same stream and takes the same steps, bit for bit: with an
+    annealed temperature, with minibatches (sizes 120 and 60) and in float32."""
+    fit = dict(algorithm="svi", backend="pyro", guide=guide, K=4, num_steps=25, progress=False)
+    plain = inference.fit("bayesian_gmm", {"x": gmm_data}, **fit, **options)
+    compiled = inference.fit("bayesian_gmm", {"x": gmm_data}, jit=True, **fit, **options)
+    np.testing.assert_array_equal(compiled.history["objective"], plain.history["objective"])
+    for name, value in plain.raw_params.items():
+        np.testing.assert_array_equal(compiled.raw_params[name], value, err_msg=name)
+
+
 @pytest.mark.parametrize("name", ["gmm", "bayesian_gmm", "bernoulli_mixture"])
 def test_a_fit_from_another_fits_params_leaves_them_alone(gmm_data, name):
     # Adam updates parameters in place: a parameter sharing the init array would write into it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
@@ -197,6 +198,9 @@ class SVIEngine:
             # would reset Python's once-per-location registry and repeat the model's warnings.
             warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
         self.model, self.guide, self.elbo_name = model, guide, elbo
+        self.jit, self.traced = jit, set()  # the (rows, temperature is None) graphs compiled
+        floats = [v.dtype for v in data.values() if v.is_floating_point()]
+        self.dtype = floats[0] if floats else torch.get_default_dtype()
         self.keys = tuple(sorted(data))
         self.model_fn = _positional(model, self.keys, config)
         self.guide_fn = _positional(guide, self.keys, config)
@@ -248,14 +252,12 @@ class SVIEngine:
         as they were. ``data`` replaces the engine's data for this step (a fresh binarization)."""
         temperature = self._temperature(temperature)
         data = self.batch(rows, data) if batch is None else batch
-        with self._rng(), pyro.validation_enabled(False):
+        inputs, rows = self._inputs(data, temperature), len(data[self.keys[0]])
+        if self.jit and (rows, temperature is None) not in self.traced:
+            self._trace(inputs, rows)
+        with self._rng(), pyro.validation_enabled(False), self._as_eager():
             self._set_rng(self.rng_state)
-            loss = self.loss.loss_and_grads(
-                self.model_fn,
-                self.guide_fn,
-                *self._inputs(data, temperature),
-                rows=len(data[self.keys[0]]),
-            )
+            loss = self.loss.loss_and_grads(self.model_fn, self.guide_fn, *inputs, rows=rows)
             if self.group_size > 1:
                 loss = self._average_over_group(loss)
             if math.isfinite(loss):
@@ -266,6 +268,43 @@ class SVIEngine:
             self.optim.zero_grad(set_to_none=True)
             self.rng_state = self._get_rng()
         return None, -loss
+
+    def _trace(self, inputs, rows) -> None:
+        """Compile the graph of this minibatch size on a throwaway evaluation.
+
+        Pyro's compiled ELBO runs the model and guide three times the first time it sees a graph
+        (to find the parameters, to trace, to run the trace), drawing from the random stream each
+        time. Tracing apart, from a copy of the stream and with the gradients thrown away, leaves
+        the fit's stream to its steps, so that ``jit=True`` draws what the uncompiled fit draws.
+        """
+        with self._rng(), pyro.validation_enabled(False), self._as_eager():
+            self._set_rng(self.rng_state)
+            self.loss.loss_and_grads(self.model_fn, self.guide_fn, *inputs, rows=rows)
+        self.optim.zero_grad(set_to_none=True)
+        self.traced.add((rows, len(inputs) == len(self.keys)))
+
+    @contextlib.contextmanager
+    def _as_eager(self):
+        """What makes a compiled step compute what the uncompiled step computes, bit for bit.
+
+        - The traced graph holds a distribution's event size as a tensor, so arithmetic such as
+          ``d * log(2 pi)`` that is a Python float when run eagerly becomes a tensor of torch's
+          default dtype: the default is set to the data's dtype while tracing and running.
+        - torch's optimising graph executor differentiates some operations by its own
+          formulas; with optimisation off it runs the recorded operations and torch's autograd
+          differentiates them as it does when run eagerly. The gain of compiling (no Python
+          work per step) stays.
+        """
+        if not self.jit:
+            yield
+            return
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+        try:
+            with torch.jit.optimized_execution(False):
+                yield
+        finally:
+            torch.set_default_dtype(default)
 
     def _average_over_group(self, loss: float) -> float:
         """Average the gradients and the loss over the ``torch.distributed`` group, in place."""
