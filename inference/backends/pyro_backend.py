@@ -198,7 +198,7 @@ class SVIEngine:
             # would reset Python's once-per-location registry and repeat the model's warnings.
             warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
         self.model, self.guide, self.elbo_name = model, guide, elbo
-        self.jit, self.traced = jit, set()  # the (rows, temperature is None) graphs compiled
+        self.jit, self.traced = jit, set()  # the (rows, number of inputs) graphs compiled
         floats = [v.dtype for v in data.values() if v.is_floating_point()]
         self.dtype = floats[0] if floats else torch.get_default_dtype()
         self.keys = tuple(sorted(data))
@@ -253,11 +253,10 @@ class SVIEngine:
         temperature = self._temperature(temperature)
         data = self.batch(rows, data) if batch is None else batch
         inputs, rows = self._inputs(data, temperature), len(data[self.keys[0]])
-        if self.jit and (rows, temperature is None) not in self.traced:
+        if self.jit and (rows, len(inputs)) not in self.traced:
             self._trace(inputs, rows)
         with self._rng(), pyro.validation_enabled(False), self._as_eager():
-            self._set_rng(self.rng_state)
-            loss = self.loss.loss_and_grads(self.model_fn, self.guide_fn, *inputs, rows=rows)
+            loss = self._loss_and_grads(inputs, rows)
             if self.group_size > 1:
                 loss = self._average_over_group(loss)
             if math.isfinite(loss):
@@ -278,10 +277,14 @@ class SVIEngine:
         the fit's stream to its steps, so that ``jit=True`` draws what the uncompiled fit draws.
         """
         with self._rng(), pyro.validation_enabled(False), self._as_eager():
-            self._set_rng(self.rng_state)
-            self.loss.loss_and_grads(self.model_fn, self.guide_fn, *inputs, rows=rows)
+            self._loss_and_grads(inputs, rows)
         self.optim.zero_grad(set_to_none=True)
-        self.traced.add((rows, len(inputs) == len(self.keys)))
+        self.traced.add((rows, len(inputs)))
+
+    def _loss_and_grads(self, inputs, rows) -> float:
+        """The loss at the fit's random state, its gradients accumulated into the parameters."""
+        self._set_rng(self.rng_state)
+        return self.loss.loss_and_grads(self.model_fn, self.guide_fn, *inputs, rows=rows)
 
     @contextlib.contextmanager
     def _as_eager(self):
@@ -335,8 +338,7 @@ class SVIEngine:
     def _temperature(self, temperature):
         if temperature is None:
             return None
-        dtype = next(iter(self.data.values())).dtype
-        return torch.as_tensor(temperature, dtype=dtype, device=self.device)
+        return torch.as_tensor(temperature, dtype=self.dtype, device=self.device)
 
     def params(self, state=None) -> dict[str, np.ndarray]:
         store = pyro.get_param_store()
