@@ -3,6 +3,7 @@ shapes reuses the compiled initialisation and update, with its own seed, startin
 and config arrays as their arguments, and gets what a fit that compiled afresh gets."""
 
 import dataclasses
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -305,3 +306,81 @@ def test_plugin_models_are_not_kept():
     assert not dataclasses.replace(
         spec, updates=dataclasses.replace(spec.updates, module="mine.updates")
     ).built_in
+
+
+# --- the platform a kept function is for ------------------------------------------------------
+
+
+class FakeDevice:
+    def __init__(self, platform):
+        self.platform = platform
+
+
+def test_a_gpu_device_is_keyed_and_exported_by_the_platform_name_export_uses(monkeypatch):
+    """JAX calls a CUDA device's platform "gpu"; ``jax.export`` names it "cuda" and refuses a
+    module lowered for "gpu". The name comes from the backend this process has."""
+    from inference.backends import exported
+
+    backends = {"cuda"}
+
+    def devices(name=None):
+        if name in backends:
+            return [FakeDevice("gpu")]
+        raise RuntimeError(f"Backend '{name}' is not in the list of known backends")
+
+    monkeypatch.setattr(exported.jax, "devices", devices)
+    assert exported.export_platform("gpu") == "cuda"
+    backends = {"rocm"}
+    assert exported.export_platform("gpu") == "rocm"
+    assert exported.export_platform("cpu") == "cpu"
+    assert exported.export_platform("tpu") == "tpu"
+    fn = exported.PersistentFunction(lambda x: x, "f", "key", FakeDevice("gpu"))
+    assert fn.platform == "rocm"
+
+
+def test_a_module_lowered_for_cuda_exports_without_a_gpu():
+    """What a GPU process writes: lowering for "cuda" needs no GPU, and the module names it."""
+    from inference.backends import exported
+
+    module = jax.export.export(jax.jit(lambda x: 2 * x), platforms=["cuda"])(jnp.zeros(3))
+    assert module.platforms == ("cuda",)
+    assert exported.export_platform(jax.devices()[0].platform) in ("cpu", "cuda", "rocm", "tpu")
+
+
+def test_a_kept_function_that_cannot_run_here_falls_back_to_tracing(monkeypatch, tmp_path):
+    """A file in the cache holding a module for another platform (or one that does not fit its
+    key) is not an error: the call warns once and traces the function as jax.jit would."""
+    from inference.backends import exported
+
+    monkeypatch.setenv("ZOO_JAX_CACHE", str(tmp_path))
+    args = (jnp.arange(3.0),)
+    fn = exported.PersistentFunction(lambda x: 2 * x + 1, "update", "key", jax.devices()[0])
+    path = exported.file_for("update", "key", args, fn.platform, tmp_path / "exported")
+    foreign = jax.export.export(jax.jit(lambda x: 2 * x + 1), platforms=["cuda"])(*args)
+    assert exported.write(path, foreign)
+    with pytest.warns(RuntimeWarning, match="could not run here.*tracing it again"):
+        out = fn(*args)
+    np.testing.assert_array_equal(out, [1.0, 3.0, 5.0])
+    assert fn.loaded == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per signature: the next call is the traced one
+        np.testing.assert_array_equal(fn(*args), [1.0, 3.0, 5.0])
+    # A module of the right platform but another signature behind the key: the same.
+    other = jax.export.export(jax.jit(lambda x, y: x), platforms=[fn.platform])(*args, *args)
+    assert exported.write(path, other)
+    fresh = exported.PersistentFunction(lambda x: 2 * x + 1, "update", "key", jax.devices()[0])
+    with pytest.warns(RuntimeWarning, match="could not run here"):
+        np.testing.assert_array_equal(fresh(*args), [1.0, 3.0, 5.0])
+
+
+def test_a_genuine_error_of_the_function_is_raised(monkeypatch, tmp_path):
+    from inference.backends import exported
+
+    monkeypatch.setenv("ZOO_JAX_CACHE", str(tmp_path))
+
+    def broken(x):
+        raise ValueError("the model's own error")
+
+    fn = exported.PersistentFunction(broken, "update", "key", jax.devices()[0])
+    with pytest.raises(ValueError, match="the model's own error"):
+        fn(jnp.zeros(2))

@@ -13,7 +13,10 @@ arguments, the platform, the versions of Python, JAX, jaxlib, NumPyro and funsor
 settings, and the source of the ``zoo`` and ``inference`` packages. Callers give a key only for
 functions built from those packages' code: a model defined elsewhere could change without the
 key changing. Each file holds a SHA-256 of its contents, so a torn or damaged file is ignored
-and replaced, never loaded.
+and replaced, never loaded. The platform is the name ``jax.export`` gives it (``"cuda"`` or
+``"rocm"`` for a device JAX calls ``"gpu"``). The cache only ever saves time: a kept module that
+cannot run here (lowered for another platform, or not matching its key) is set aside with a
+one-line warning and the function is traced as ``jax.jit`` would.
 
 The files are in the ``exported`` folder of ``jax_cache.root()`` (``~/.cache/ppl-zoo/exported``
 unless ``ZOO_JAX_CACHE`` says otherwise; ``ZOO_JAX_CACHE=0`` turns this off with JAX's cache).
@@ -95,6 +98,21 @@ def signature(args) -> tuple:
         )
 
 
+def export_platform(device_platform: str) -> str:
+    """``jax.export``'s name for a device's platform. JAX calls an NVIDIA or AMD device's
+    platform ``"gpu"``, while an exported module names the one it was lowered for (``"cuda"`` or
+    ``"rocm"``) and refuses to run under the alias."""
+    if device_platform != "gpu":
+        return device_platform
+    for name in ("cuda", "rocm"):
+        try:
+            jax.devices(name)
+        except RuntimeError:  # no such backend in this process
+            continue
+        return name
+    return device_platform
+
+
 def file_for(name: str, key: str, args, platform: str, folder: Path) -> Path:
     """The file in ``folder`` of function ``name`` under ``key`` for arguments like ``args`` on
     ``platform``."""
@@ -170,7 +188,7 @@ class PersistentFunction:
         keep: Callable[[], bool] = lambda: True,
     ):
         self.name, self.key, self.keep = name, key, keep
-        self.platform = None if device is None else device.platform
+        self.platform = None if device is None else export_platform(device.platform)
         self._jitted = jax.jit(fn)
         self._calls: dict = {}
         self.loaded = self.exported = 0  # signatures loaded from disk, and exported here
@@ -180,8 +198,28 @@ class PersistentFunction:
             return self._jitted(*args)
         sig = signature(args)
         call = self._calls.get(sig)
-        if call is None:
-            call = self._calls[sig] = self._load_or_export(args)
+        if call is not None:
+            return call(*args)
+        call = self._load_or_export(args)
+        if call is not self._jitted:
+            try:
+                result = call(*args)
+            except Exception as error:
+                # A kept module that cannot run here (lowered for another platform, or one
+                # whose contents do not fit its key): the cache may only save time, never
+                # fail a fit. A genuine error of ``fn`` is raised again by the plain call.
+                warnings.warn(
+                    f"A compiled function kept on disk ({self.name}) could not run here "
+                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                    "); tracing it again instead.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            else:
+                self._calls[sig] = call
+                return result
+            call = self._jitted
+        self._calls[sig] = call
         return call(*args)
 
     def _load_or_export(self, args) -> Callable:
