@@ -142,6 +142,11 @@ def _checked_read(path, names=None) -> tuple[dict, dict[str, np.ndarray]]:
         raise FileNotFoundError(f"No checkpoint or saved fit at {path!r}.")
     if os.path.isdir(path):
         raise CheckpointError(f"{path!r} is a directory, not a checkpoint or saved fit.")
+    if not os.path.isfile(path):  # opening a FIFO would wait for a writer, forever
+        raise CheckpointError(
+            f"{path!r} is not a regular file (a FIFO, device or socket), not a checkpoint or "
+            "saved fit."
+        )
     try:
         arrays = _read(path, names)
         return _header(arrays), arrays

@@ -356,7 +356,7 @@ def _fit(args, spec, options) -> int:
                 f"got {args.guide!r}."
             )
         options["guide"] = args.guide
-    save = None if args.save is None else cli_paths.save_path(args.save)
+    save = None if args.save is None else cli_paths.save_path(args.save, [args.data])
     data = cli_paths.load_data(args.data, spec, args.seed)
     res = fit(
         spec,

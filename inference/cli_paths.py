@@ -25,6 +25,10 @@ def load_data(path, spec, seed):
         raise ValueError(f"argument --data: no such file {path!r}.")
     if os.path.isdir(path):
         raise ValueError(f"argument --data: {path!r} is a directory, not a data file.")
+    if not os.path.isfile(path):  # opening a FIFO would wait for a writer, forever
+        raise ValueError(
+            f"argument --data: {path!r} is not a regular file (a FIFO, device or socket)."
+        )
     keys = sorted(spec.data)
     if path.endswith(".npy") and len(keys) == 1:
         data = {keys[0]: _read_npy(path)}
@@ -107,17 +111,26 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     return data
 
 
-def check_new_file(flag: str, path: str) -> None:
+def check_new_file(flag: str, path: str, inputs=()) -> None:
     """A file can be written at ``path`` (its folder exists and can be written, and nothing but
-    a regular file is there); no folder is created."""
+    a regular file is there) and it is none of the command's ``inputs`` (paths or None), under
+    any spelling or link; no folder is created."""
     reason = unwritable_reason(path)
     if reason:
         raise ValueError(f"argument {flag}: {path!r}: {reason}.")
+    for given in inputs:
+        if given is not None and os.path.exists(path) and os.path.exists(given):
+            if os.path.samefile(path, given):
+                raise ValueError(
+                    f"argument {flag}: {path!r} is the file this command reads ({given!r}); "
+                    "writing there would replace it. Name another file."
+                )
 
 
-def save_path(path: str) -> str:
+def save_path(path: str, inputs=()) -> str:
     """``--save``: a file, new or replaced (the fit is written next to it and renamed over it,
-    so the folder must be writable and the path, if it exists, a regular file)."""
+    so the folder must be writable and the path, if it exists, a regular file that is not one of
+    the command's ``inputs``)."""
     if not path:
         raise ValueError("argument --save: give a file name, e.g. fit.zoo.")
     if os.path.isdir(path):
@@ -125,13 +138,14 @@ def save_path(path: str) -> str:
             f"argument --save: {path!r} is a directory; give a file path such as "
             f"{os.path.join(path, 'fit.zoo')!r}."
         )
-    check_new_file("--save", path)
+    check_new_file("--save", path, inputs)
     return path
 
 
 def plot_path(path: str, model: str) -> tuple[str, str]:
     """``--plot``: ``(the file, its format)``. An existing directory gets ``MODEL-compare.png``
-    in it; a name without an extension is written as PNG under that very name."""
+    in it; a name without an extension is written as PNG under that very name. (An image's
+    extension is never a data file's, so it cannot name ``--data``.)"""
     from matplotlib.backend_bases import FigureCanvasBase
 
     if not path:

@@ -62,7 +62,7 @@ def unwritable_reason(path) -> str | None:
     a directory or another file that is not a regular one there, a folder that does not exist,
     or one that cannot be written (probed, not read from the permission bits). For checking an
     output path before the work whose result goes there."""
-    path = os.fspath(path)
+    path = os.path.realpath(os.fspath(path))  # a link is written through to its target
     if os.path.isdir(path):
         return "is a directory"
     if os.path.lexists(path) and not os.path.isfile(path):
@@ -83,15 +83,22 @@ def atomic_write(path, write, *, durable: bool = False, make_parents: bool = Tru
 
     An interrupted or failed write leaves the previous file intact and no temporary file behind.
     The file gets the permissions ``open(path, "wb")`` would give: those of the file it replaces,
-    else the umask's. Missing parent directories are created with ``make_parents=True`` (a
+    else the umask's. A symbolic link is written through: its target gets the new contents. A
+    FIFO, device or socket at ``path`` is refused (``FileExistsError``), never replaced. Missing parent directories are created with ``make_parents=True`` (a
     cache); otherwise they are an error, as for ``open``. With ``durable=True`` the data and (where the file system allows) the
     rename are flushed to disk, so a power loss right after cannot leave a checkpoint half
     written.
     """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    # Through a symbolic link to its target: the link stays a link and its target is current.
+    path = os.path.realpath(os.fspath(path))
+    directory = os.path.dirname(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"Cannot write {path!r}: it is a directory; name a file in it.")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise FileExistsError(
+            f"Cannot write {path!r}: it is not a regular file (a FIFO, device or socket), "
+            "which a file of results must not replace; name another path."
+        )
     if make_parents:
         os.makedirs(directory, exist_ok=True)
     elif not os.path.isdir(directory):

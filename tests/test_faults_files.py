@@ -1,0 +1,245 @@
+"""Paths that are not the user's to replace, and paths that would block: a FIFO, a socket or a
+device is never opened for reading nor replaced by a write; a symbolic link is written through to
+its target (the link stays a link); the shell never writes its result over a file it reads.
+Each refusal comes before any work, with the path in the message."""
+
+import os
+import signal
+import socket
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import inference
+import zoo
+from inference.checkpoint import CheckpointError
+from inference.cli import main
+from zoo import files as zoo_files
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _socket(path: Path) -> Path:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.close()  # the socket file stays, as a server's does
+    return path
+
+
+SPECIAL = {"fifo": _fifo, "socket": _socket}
+
+
+def _kind(path: Path) -> str:
+    mode = os.lstat(path).st_mode
+    return {stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFLNK: "link"}.get(
+        stat.S_IFMT(mode), "file" if stat.S_ISREG(mode) else "other"
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    x = zoo.get_model("gmm").make_data(np.random.default_rng(0), 60)["x"]
+    return inference.fit("gmm", {"x": x}, "em", "numpyro", K=2, num_steps=3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def saved(fitted, tmp_path_factory):
+    path = tmp_path_factory.mktemp("saved") / "fit.zoo"
+    fitted.save(path)
+    return path
+
+
+# --- reading: nothing blocks ------------------------------------------------------------------
+
+
+@pytest.fixture
+def fail_if_it_blocks():
+    """A blocked open fails the test after 20 s instead of hanging the run."""
+
+    def blocked(signum, frame):
+        raise TimeoutError("the call blocked on a special file")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+@pytest.mark.parametrize("reader", ["load", "read_header", "checkpoint.load"])
+def test_reading_a_special_file_is_refused_without_opening_it(
+    tmp_path, kind, reader, fail_if_it_blocks
+):
+    from inference import checkpoint
+
+    path = SPECIAL[kind](tmp_path / "fit.zoo")
+    read = {
+        "load": inference.load,
+        "read_header": checkpoint.read_header,
+        "checkpoint.load": checkpoint.load,
+    }[reader]
+    with pytest.raises(CheckpointError, match="not a regular file") as err:
+        read(path)  # a FIFO opened for reading would wait here for a writer, forever
+    assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+@pytest.mark.parametrize("name", ["x.npy", "x.npz"])
+def test_the_shell_refuses_special_data_files(
+    tmp_path, monkeypatch, capsys, kind, name, fail_if_it_blocks
+):
+    monkeypatch.chdir(tmp_path)
+    SPECIAL[kind](tmp_path / name)
+    assert main(["fit", "gmm", "--data", name, "--num-steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "zoo: error: argument --data" in err and "not a regular file" in err
+    assert "Traceback" not in err
+
+
+def test_loading_through_a_link_reads_its_target(saved, tmp_path):
+    link = tmp_path / "link.zoo"
+    link.symlink_to(saved)
+    np.testing.assert_array_equal(
+        inference.load(link).params["means"], inference.load(saved).params["means"]
+    )
+
+
+# --- writing: special files are refused, links are written through ----------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_save_refuses_a_special_file_and_leaves_it(fitted, tmp_path, kind):
+    path = SPECIAL[kind](tmp_path / "fit.zoo")
+    with pytest.raises(FileExistsError, match="not a regular file"):
+        fitted.save(path)
+    assert _kind(path) == kind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fit.zoo"]  # no temporary left
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_save_refuses_a_link_to_a_special_file(fitted, tmp_path, kind):
+    target = SPECIAL[kind](tmp_path / "target")
+    link = tmp_path / "fit.zoo"
+    link.symlink_to(target)
+    with pytest.raises(FileExistsError, match="not a regular file"):
+        fitted.save(link)
+    assert _kind(target) == kind and _kind(link) == "link"
+
+
+@pytest.mark.parametrize("existing", [True, False])
+@pytest.mark.parametrize("relative", [True, False])
+def test_save_through_a_link_writes_its_target(fitted, tmp_path, existing, relative):
+    target = tmp_path / "store" / "fit.zoo"
+    target.parent.mkdir()
+    if existing:
+        target.write_bytes(b"an older fit")
+    link = tmp_path / "fit.zoo"
+    link.symlink_to(os.path.relpath(target, tmp_path) if relative else target)
+    fitted.save(link)
+    assert _kind(link) == "link" and _kind(target) == "file"
+    np.testing.assert_array_equal(inference.load(target).params["means"], fitted.params["means"])
+    assert sorted(p.name for p in target.parent.iterdir()) == ["fit.zoo"]
+
+
+def test_save_through_a_chain_of_links(fitted, tmp_path):
+    target = tmp_path / "fit.zoo"
+    (tmp_path / "one").symlink_to(target)
+    (tmp_path / "two").symlink_to(tmp_path / "one")
+    fitted.save(tmp_path / "two")
+    assert [_kind(tmp_path / n) for n in ("two", "one", "fit.zoo")] == ["link", "link", "file"]
+
+
+def test_save_through_a_link_to_a_folder_that_does_not_exist(fitted, tmp_path):
+    link = tmp_path / "fit.zoo"
+    link.symlink_to(tmp_path / "missing" / "fit.zoo")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        fitted.save(link)
+    assert _kind(link) == "link"
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_atomic_write_refuses_special_files(tmp_path, kind):
+    path = SPECIAL[kind](tmp_path / "out")
+    with pytest.raises(FileExistsError, match="not a regular file"):
+        zoo_files.atomic_write(path, lambda f: f.write(b"data"))
+    assert _kind(path) == kind
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_unwritable_reason_names_special_files_and_links_to_them(tmp_path, kind):
+    target = SPECIAL[kind](tmp_path / "target")
+    (tmp_path / "link").symlink_to(target)
+    for path in (target, tmp_path / "link"):
+        assert zoo_files.unwritable_reason(path) == "exists and is not a regular file"
+
+
+def test_unwritable_reason_follows_a_link_to_its_folder(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "missing" / "out.zoo")
+    assert "does not exist" in zoo_files.unwritable_reason(link)
+    (tmp_path / "ok").symlink_to(tmp_path / "out.zoo")
+    assert zoo_files.unwritable_reason(tmp_path / "ok") is None
+
+
+def test_checkpoint_through_a_link_writes_its_target(tmp_path):
+    x = zoo.get_model("gmm").make_data(np.random.default_rng(0), 60)["x"]
+    target = tmp_path / "runs" / "fit.ckpt"
+    target.parent.mkdir()
+    link = tmp_path / "fit.ckpt"
+    link.symlink_to(target)
+    inference.fit(
+        "gmm", {"x": x}, "em", "numpyro", K=2, num_steps=3, tol=0, checkpoint=link, progress=False
+    )
+    assert _kind(link) == "link" and _kind(target) == "file"
+
+
+# --- the shell does not write over what it reads ------------------------------------------------
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(30, 2)))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _spellings(folder: Path) -> dict[str, str]:
+    """Other names of ``x.npy``: another spelling, a symbolic link and a hard link."""
+    (folder / "sub").mkdir()
+    (folder / "link.npy").symlink_to(folder / "x.npy")
+    os.link(folder / "x.npy", folder / "hard.npy")
+    return {
+        "same": "x.npy",
+        "dotted": "./sub/../x.npy",
+        "absolute": str(folder / "x.npy"),
+        "symlink": "link.npy",
+        "hardlink": "hard.npy",
+    }
+
+
+@pytest.mark.parametrize("spelling", ["same", "dotted", "absolute", "symlink", "hardlink"])
+def test_the_shell_never_saves_over_its_data(data_dir, capsys, monkeypatch, spelling):
+    target = _spellings(data_dir)[spelling]
+    before = (data_dir / "x.npy").read_bytes()
+
+    def started(*args, **kwargs):
+        raise AssertionError("the output path should have been refused before fitting")
+
+    from inference import cli
+
+    monkeypatch.setattr(cli, "fit", started)
+    assert main(["fit", "gmm", "--data", "x.npy", "--save", target]) == 2
+    err = capsys.readouterr().err
+    assert "zoo: error: argument --save" in err and "is the file this command reads" in err
+    assert (data_dir / "x.npy").read_bytes() == before
+
+
+def test_the_shell_saves_next_to_its_data(data_dir, capsys):
+    assert main(["fit", "gmm", "--data", "x.npy", "--num-steps", "2", "--save", "x.zoo"]) == 0
+    assert inference.load("x.zoo").model == "gmm"
