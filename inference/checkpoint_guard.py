@@ -87,6 +87,20 @@ def check_path(path, *, resume: bool) -> str:
     return path
 
 
+#: The real paths of the checkpoints this process's fits hold, with their owner records.
+_HELD: dict[str, dict] = {}
+
+
+def _in_use(path, owner: dict) -> CheckpointInUseError:
+    # The lock is held, so its holder lives (the OS releases it when a process dies): deleting
+    # the lock file would only let two runs write one checkpoint.
+    return CheckpointInUseError(
+        f"checkpoint={os.fspath(path)!r} is being written by {_describe(owner)}; two runs "
+        "writing one checkpoint would overwrite each other's work. Wait for it to finish, or "
+        "name another file."
+    )
+
+
 def _owner() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
 
@@ -124,20 +138,22 @@ def _read_owner(fd: int) -> dict:
 def exclusive(path):
     """Hold an OS lock on ``path`` for the duration of a run: a second run checkpointing to the
     same file, in this process or another, fails at its start with
-    :class:`CheckpointInUseError` naming the first. The lock is ``path + ".lock"``, released by
-    the OS if the process dies; the file itself is removed when the run ends. Temporary files
+    :class:`CheckpointInUseError` naming the first, however the path is spelled (links are
+    followed to the real file). The lock is the real file's name plus ``".lock"``, released by
+    the OS if the process dies; the file itself is removed when the run ends. Within a process
+    the lock is also kept in memory, so deleting the lock file does not let a second fit in. Temporary files
     that an earlier, killed writer of ``path`` left behind are removed once the lock is held."""
-    lock_path = os.fspath(path) + LOCK_SUFFIX
+    # The file the checkpoint is written to, whatever the spelling or links that name it.
+    real = os.path.realpath(os.fspath(path))
+    lock_path = real + LOCK_SUFFIX
+    if real in _HELD:  # in this process, even if the lock file was deleted meanwhile
+        raise _in_use(path, _HELD[real])
     while True:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         if not _try_lock(fd):
             owner = _read_owner(fd)
             os.close(fd)
-            raise CheckpointInUseError(
-                f"checkpoint={os.fspath(path)!r} is being written by {_describe(owner)}; two "
-                "runs writing one checkpoint would overwrite each other's work. Wait for it to "
-                f"finish or name another file (if no such run exists, delete {lock_path!r})."
-            )
+            raise _in_use(path, owner)
         # The last holder removes the lock file when it ends; if it did so between our open and
         # our lock, we hold a lock on a file no one else can see: open the path afresh.
         try:
@@ -147,11 +163,14 @@ def exclusive(path):
             pass
         os.close(fd)
     try:
+        owner = _HELD[real] = _owner()
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(_owner()).encode())
-        remove_stale_temporaries(path)
+        os.write(fd, json.dumps(owner).encode())
+        remove_stale_temporaries(real)
         yield
     finally:
+        del _HELD[real]
         with contextlib.suppress(OSError):
-            os.remove(lock_path)  # while still locked, so no one else can be holding it
+            if os.path.samestat(os.fstat(fd), os.stat(lock_path)):  # ours, not a successor's
+                os.remove(lock_path)  # while still locked, so no one else can be holding it
         os.close(fd)  # releases the lock

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -314,7 +315,17 @@ def run(
             and history["step"][-1] > start_step
         ):
             step_header = {**header, "step": history["step"][-1], "stopped": stopped}
-            _save(checkpoint_path, step_header, alg, state, history, validation)
+            try:
+                _save(checkpoint_path, step_header, alg, state, history, validation)
+            except OSError as err:  # a full disk, a folder removed mid-run: keep the fit
+                warnings.warn(
+                    f"Could not write the checkpoint {checkpoint_path!r} at step "
+                    f"{history['step'][-1]} ({type(err).__name__}: {err.strerror or err}); the "
+                    "fit goes on and its result is returned, but it cannot be resumed from "
+                    "this step.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
     try:
         # A run that converged or stopped early is finished: resuming it returns it as it was.

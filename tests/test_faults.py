@@ -129,7 +129,7 @@ def test_a_bad_checkpoint_interval_is_refused(every, data, tmp_path):
 
 def test_a_directory_that_cannot_be_written_is_refused_up_front(data, tmp_path, monkeypatch):
     # Simulated: permission bits do not stop the superuser, whom tests may run as.
-    def refuse(directory):
+    def refuse(directory, name="probe"):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(files, "probe_writable", refuse)

@@ -70,10 +70,10 @@ def _deny_writes_to(monkeypatch, folder: Path) -> None:
     real = zoo_files.probe_writable
     denied = os.path.realpath(folder)
 
-    def probe(path):
+    def probe(path, name="probe"):
         if os.path.realpath(path) == denied:
             raise PermissionError(13, "Permission denied")
-        return real(path)
+        return real(path, name)
 
     monkeypatch.setattr(zoo_files, "probe_writable", probe)
 

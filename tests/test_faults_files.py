@@ -243,3 +243,95 @@ def test_the_shell_never_saves_over_its_data(data_dir, capsys, monkeypatch, spel
 def test_the_shell_saves_next_to_its_data(data_dir, capsys):
     assert main(["fit", "gmm", "--data", "x.npy", "--num-steps", "2", "--save", "x.zoo"]) == 0
     assert inference.load("x.zoo").model == "gmm"
+
+
+# --- checkpoints: the real name checked up front, one writer per real file, no fit thrown away --
+
+
+def _gmm_data():
+    return {"x": zoo.get_model("gmm").make_data(np.random.default_rng(0), 60)["x"]}
+
+
+def _fit_with_checkpoint(path, num_steps=6, **kwargs):
+    return inference.fit(
+        "gmm", _gmm_data(), "em", "numpyro", K=2, num_steps=num_steps, tol=0,
+        checkpoint=path, checkpoint_every=2, progress=False, **kwargs,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("", "is empty"),
+        ("fit.ckpt/", "ends with a path separator"),
+        ("x" * 250 + ".ckpt", "name is too long"),  # the file fits, its temporary would not
+        ("missing/fit.ckpt", "does not exist"),
+    ],
+)
+def test_a_checkpoint_name_that_would_fail_at_its_first_write_is_refused_up_front(
+    tmp_path, monkeypatch, name, reason
+):
+    monkeypatch.chdir(tmp_path)
+
+    def started(*args, **kwargs):
+        raise AssertionError("the path should have been refused before the first step")
+
+    with pytest.raises(ValueError, match=reason):
+        _fit_with_checkpoint(name, callback=started)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_that_cannot_be_written_does_not_lose_the_fit(tmp_path, monkeypatch):
+    """A full disk at every write, the last included: the fit is returned, with a warning that
+    names the path and the OS error."""
+    from inference import checkpoint
+
+    def full(path, header, arrays):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save", full)
+    path = tmp_path / "fit.ckpt"
+    with pytest.warns(RuntimeWarning, match=r"fit\.ckpt.*No space left on device.*returned"):
+        res = _fit_with_checkpoint(path)
+    assert res.num_steps == 6 and np.isfinite(res.objective)
+    assert not path.exists()
+
+
+def test_a_checkpoint_folder_removed_mid_run_does_not_lose_the_fit(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    path = folder / "fit.ckpt"
+
+    def remove_folder(step, state, info):
+        if step == 3:
+            for child in folder.iterdir():
+                child.unlink()
+            folder.rmdir()
+
+    with pytest.warns(RuntimeWarning, match="Could not write the checkpoint"):
+        res = _fit_with_checkpoint(path, callback=remove_folder)
+    assert res.num_steps == 6
+
+
+def test_a_checkpoint_named_through_a_link_is_locked_as_its_target(tmp_path):
+    from inference.checkpoint_guard import exclusive
+
+    target = tmp_path / "fit.ckpt"
+    link = tmp_path / "link.ckpt"
+    link.symlink_to(target)
+    with exclusive(target):
+        with pytest.raises(inference.CheckpointInUseError) as err:
+            _fit_with_checkpoint(link)
+    assert "delete" not in str(err.value)  # the holder lives: deleting its lock is no fix
+
+
+def test_deleting_the_lock_file_does_not_let_a_second_fit_in(tmp_path):
+    from inference.checkpoint_guard import LOCK_SUFFIX, exclusive
+
+    path = tmp_path / "fit.ckpt"
+    with exclusive(path):
+        os.remove(str(path) + LOCK_SUFFIX)
+        with pytest.raises(inference.CheckpointInUseError, match="Wait for it to finish"):
+            _fit_with_checkpoint(path)
+    res = _fit_with_checkpoint(path)  # released: the next fit takes it
+    assert res.num_steps == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -48,21 +49,28 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
             continue
 
 
-def probe_writable(directory) -> None:
-    """Raise the ``OSError`` that writing a file in ``directory`` would raise, if any (a
-    permission bit alone does not tell: a read-only file system, or a user who may write
-    anywhere)."""
-    fd, tmp = _create_temporary(os.fspath(directory), "probe")
+def probe_writable(directory, name: str = "probe") -> None:
+    """Raise the ``OSError`` that writing the file ``name`` in ``directory`` by
+    :func:`atomic_write` would raise, if any: its temporary file is created and removed (a
+    permission bit alone does not tell: a read-only file system, a user who may write anywhere,
+    or a name too long for the file system once the temporary's prefix and suffix are added)."""
+    fd, tmp = _create_temporary(os.fspath(directory), name)
     os.close(fd)
     os.remove(tmp)
 
 
 def unwritable_reason(path) -> str | None:
     """Why :func:`atomic_write` could not write ``path``, as a phrase, or None if it could:
-    a directory or another file that is not a regular one there, a folder that does not exist,
-    or one that cannot be written (probed, not read from the permission bits). For checking an
+    an empty name or one ending in a separator, a directory or another file that is not a
+    regular one there (a link is followed), a folder that does not exist, or one that cannot be
+    written under this name (probed, not read from the permission bits). For checking an
     output path before the work whose result goes there."""
-    path = os.path.realpath(os.fspath(path))  # a link is written through to its target
+    given = os.fspath(path)
+    if not given:
+        return "is empty; name a file"
+    if given.endswith(("/", os.sep)):
+        return "ends with a path separator, as a folder's name does; name a file"
+    path = os.path.realpath(given)  # a link is written through to its target
     if os.path.isdir(path):
         return "is a directory"
     if os.path.lexists(path) and not os.path.isfile(path):
@@ -72,8 +80,10 @@ def unwritable_reason(path) -> str | None:
         there = " (a file of that name is there)" if os.path.lexists(folder) else ""
         return f"the folder {folder!r} does not exist{there}"
     try:
-        probe_writable(folder)
+        probe_writable(folder, os.path.basename(path))
     except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            return f"its name is too long for the file system of {folder!r}"
         return f"cannot write in the folder {folder!r} ({err.strerror or err})"
     return None
 
