@@ -9,6 +9,7 @@ registers; data in memory, memory-mapped or streamed.
 from inference.algorithm import Algorithm, Info, Problem, Traits
 from inference.api import ConcurrentFitError, fit
 from inference.backends import get_backend
+from inference.backends.forking import ForkedProcessError
 from inference.checkpoint import CheckpointError
 from inference.checkpoint_guard import CheckpointInUseError
 from inference.compare import compare
@@ -30,6 +31,7 @@ __all__ = [
     "ConcurrentFitError",
     "DataError",
     "FitResult",
+    "ForkedProcessError",
     "Info",
     "NonFiniteObjectiveError",
     "Problem",

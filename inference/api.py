@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import os
 import threading
 import time
 import warnings
@@ -109,7 +110,8 @@ class ConcurrentFitError(RuntimeError):
     :func:`fit` runs them one at a time per process: a second fit, from another thread or from
     a ``callback`` of the first, fails at its start with this error naming the first. Run fits
     in parallel in separate processes (``multiprocessing``,
-    ``concurrent.futures.ProcessPoolExecutor``). A ``RuntimeError``.
+    ``concurrent.futures.ProcessPoolExecutor``; started by ``spawn`` for NumPyro, see
+    :class:`~inference.ForkedProcessError`). A ``RuntimeError``.
 
     Parameters
     ----------
@@ -137,6 +139,16 @@ _FIT_RUNNING = threading.Lock()
 _fit_owner: list[str] = []  # the thread of the fit under way, for the error
 
 
+def _no_fit_after_fork() -> None:
+    # A fork copies the lock as it was; a fit that was running in another thread is not.
+    global _FIT_RUNNING
+    _FIT_RUNNING = threading.Lock()
+    _fit_owner.clear()
+
+
+os.register_at_fork(after_in_child=_no_fit_after_fork)
+
+
 def _one_at_a_time(fit_function):
     """Fits in one process run one at a time: Pyro keeps parameters in one store per process and
     NumPyro's handlers are process-wide too, so two fits at once would corrupt each other. The
@@ -155,7 +167,8 @@ def _one_at_a_time(fit_function):
             raise ConcurrentFitError(
                 f"Another fit is running in this process, {where}. Fits share process-wide "
                 "state (Pyro's parameter store, NumPyro's effect handlers) and must run one at "
-                "a time in a process: wait for it, or fit in separate processes."
+                "a time in a process: wait for it, or fit in separate processes (started by "
+                "'spawn' for NumPyro)."
             )
         _fit_owner[:] = [threading.current_thread().name]
         try:

@@ -31,6 +31,7 @@ OBJECTS = [
     "inference:CheckpointError",
     "inference:CheckpointInUseError",
     "inference:ConcurrentFitError",
+    "inference:ForkedProcessError",
     "inference:NonFiniteObjectiveError",
     "inference:DataError",
     "inference:StreamEndedError",

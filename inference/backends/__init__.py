@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 
+from inference.backends import forking
 from zoo import BACKENDS
 
 
@@ -12,4 +13,5 @@ def get_backend(name: str):
     """The adapter module of backend ``name`` (``"pyro"`` or ``"numpyro"``)."""
     if name not in BACKENDS:
         raise ValueError(f"Unknown backend {name!r}; valid backends are {list(BACKENDS)}.")
+    forking.check(name)
     return importlib.import_module(f"inference.backends.{name}_backend")
