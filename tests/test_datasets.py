@@ -303,3 +303,70 @@ def test_cache_dir_falls_back_to_user_cache(tmp_path, monkeypatch):
     # A read-only data directory (as the shared folder is) sends the cache to the user dir.
     monkeypatch.setattr(datasets, "_writable_dir", lambda path: False)
     assert datasets._resolve_cache_dir(tmp_path / "ro", None) == tmp_path / "user" / "cache"
+
+
+# --- what stands where a data file should be ----------------------------------------------------
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _folder(path):
+    path.mkdir()
+
+
+@pytest.mark.parametrize("make, kind", [(_fifo, "not a regular file"), (_folder, "a folder")])
+@pytest.mark.parametrize(
+    "load, rel",
+    [
+        (lambda d: load_binarized_mnist("valid", data_dir=d, cache_dir=d / "c"),
+         "binarized_mnist/binarized_mnist_valid.amat"),
+        (lambda d: load_mnist("test", data_dir=d, cache_dir=d / "c"),
+         "mnist/t10k-images-idx3-ubyte.gz"),
+    ],
+)  # fmt: skip
+def test_a_data_file_that_is_a_folder_or_fifo_is_named_as_such(
+    tmp_path, monkeypatch, make, kind, load, rel
+):
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True)
+    make(path)
+    with pytest.raises(DatasetError, match=f"{path}.* is {kind}") as info:
+        load(tmp_path)  # a FIFO opened for reading would block here
+    assert "Missing data file" not in str(info.value)
+
+
+@pytest.mark.parametrize("how", ["environment", "argument"])
+def test_a_data_directory_that_is_a_file_is_named_as_such(tmp_path, monkeypatch, how):
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    not_a_folder = tmp_path / "data.txt"
+    not_a_folder.write_text("a file\n")
+    monkeypatch.setenv("ZOO_DATA_DIR", str(not_a_folder))
+    given = {"data_dir": not_a_folder} if how == "argument" else {}
+    for load in (load_binarized_mnist, load_mnist):
+        split = "valid" if load is load_binarized_mnist else "test"
+        with pytest.raises(DatasetError, match="is not a folder"):
+            load(split, cache_dir=tmp_path / "c", **given)
+
+
+@pytest.mark.parametrize("damage", ["empty", "fifo", "folder", "text"])
+def test_a_cached_array_that_cannot_be_read_is_parsed_anew(data_dir, tmp_path, damage):
+    first = load_binarized_mnist("valid", data_dir=data_dir, cache_dir=tmp_path)
+    npy = tmp_path / "binarized_mnist_valid.npy"
+    npy.unlink()
+    if damage == "empty":
+        npy.write_bytes(b"")
+    elif damage == "fifo":
+        os.mkfifo(npy)
+    elif damage == "folder":
+        npy.mkdir()
+    else:
+        npy.write_text("not an array")
+    if damage in ("fifo", "folder"):  # it cannot be replaced: parsed, used, and not cached
+        with pytest.warns(UserWarning, match="could not write dataset cache"):
+            again = load_binarized_mnist("valid", data_dir=data_dir, cache_dir=tmp_path)
+    else:
+        again = load_binarized_mnist("valid", data_dir=data_dir, cache_dir=tmp_path)
+    np.testing.assert_array_equal(again, first)

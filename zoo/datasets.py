@@ -264,10 +264,29 @@ def _fetch(rel: str, data_dir: Path, urls: list[str], note: str = "") -> Path:
     )
 
 
+def _check_present(data_dir: Path, *paths: Path) -> None:
+    """A data directory that is not a folder, or a data file's name taken by a folder, FIFO or
+    device, is an error that says so (a download could not put the file there, and reading a
+    FIFO would wait forever)."""
+    if data_dir.exists() and not data_dir.is_dir():
+        raise DatasetError(
+            f"The data directory {data_dir} is not a folder (ZOO_DATA_DIR or data_dir= names a "
+            "file); point it at a folder."
+        )
+    for path in paths:
+        if path.exists() and not path.is_file():
+            kind = "a folder" if path.is_dir() else "not a regular file (a FIFO, device or socket)"
+            raise DatasetError(
+                f"The data file {path} is {kind}; remove it, and put the data file there or let "
+                "the loader download it."
+            )
+
+
 def _mnist_source(name: str, data_dir: Path) -> tuple[Path, str]:
     """Find (or download) the verified-able source of MNIST file ``name``: (path, rel key)."""
     raw_rel, gz_rel = f"mnist/{name}", f"mnist/{name}.gz"
     raw, gz = data_dir / raw_rel, data_dir / gz_rel
+    _check_present(data_dir, raw, gz)
     if raw_rel in SHA256 and raw.is_file():
         return raw, raw_rel
     if gz.is_file():
@@ -281,6 +300,7 @@ def _mnist_source(name: str, data_dir: Path) -> tuple[Path, str]:
 def _binarized_source(split: str, data_dir: Path) -> tuple[Path, str]:
     rel = f"binarized_mnist/binarized_mnist_{split}.amat"
     path = data_dir / rel
+    _check_present(data_dir, path)
     if path.is_file():
         return path, rel
     return _fetch(rel, data_dir, [BINARIZED_MNIST_URL.format(split=split)]), rel
@@ -395,10 +415,10 @@ def _cache_load(
     npy, meta = cache_dir / f"{name}.npy", cache_dir / f"{name}.json"
     try:
         recorded = json.loads(meta.read_text())
-        if recorded["sources"] != sources:
+        if recorded["sources"] != sources or not npy.is_file():  # a FIFO would block the read
             return None
         arr = np.load(npy, allow_pickle=False)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, EOFError):  # EOFError: an empty file
         return None
     if arr.shape != shape or arr.dtype != dtype:
         return None
