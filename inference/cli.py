@@ -34,6 +34,8 @@ from zoo.files import atomic_write
 #: The exit status of an error in the command's input (argparse's), of an error while it runs,
 #: and of a Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_USAGE, EXIT_FAILURE, EXIT_INTERRUPTED = 2, 1, 130
+#: Parameters with more values than this are shown by their shape (a network's weights).
+MAX_PRINTED_VALUES = 100
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,6 +118,12 @@ def _extra_options(args, extra: list[str]) -> dict:
     """The model's and algorithm's options: ``--NAME VALUE`` (dashes read as underscores) and
     ``--option NAME=VALUE``."""
     opts = {}
+
+    def give(name, value, how):
+        if name in opts:  # `--K 2 --option K=3`: which one the user meant is not for us to pick
+            raise ValueError(f"option {name!r} is given twice ({how}); give it once.")
+        opts[name] = value
+
     i = 0
     while i < len(extra):
         flag = extra[i]
@@ -126,13 +134,13 @@ def _extra_options(args, extra: list[str]) -> dict:
             if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
                 raise ValueError(f"option {flag} needs a value.")
             value, i = extra[i + 1], i + 1
-        opts[name.replace("-", "_")] = _json_or_string(value)
+        give(name.replace("-", "_"), _json_or_string(value), f"{flag}")
         i += 1
     for item in args.option:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise ValueError(f"argument --option: takes NAME=VALUE; got {item!r}.")
-        opts[name] = _json_or_string(value)
+        give(name, _json_or_string(value), f"--option {item}")
     return opts
 
 
@@ -281,6 +289,9 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as err:
         print(f"zoo: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except FloatingPointError as err:  # NonFiniteObjectiveError: a run that diverged, with advice
+        print(f"zoo: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return EXIT_FAILURE
     except OSError as err:
         print(f"zoo: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
@@ -401,7 +412,11 @@ def _print_fit(res, out, as_json: bool) -> None:
             f"after {res.num_steps} steps, converged={res.converged}"
         )
         for k, v in res.params.items():
-            print(f"{k}:\n{np.array2string(np.asarray(v), precision=3)}")
+            v = np.asarray(v)
+            if v.size > MAX_PRINTED_VALUES:  # a network's weights: their shape, not pages
+                print(f"{k}: {v.dtype} array of shape {v.shape} (--json or --save for values)")
+            else:
+                print(f"{k}:\n{np.array2string(v, precision=3)}")
     sys.stdout.flush()
 
 

@@ -278,3 +278,37 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     proc.stderr.close()
     assert proc.wait(timeout=60) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["--K", "2", "--option", "K=3"],
+        ["--option", "K=2", "--option", "K=3"],
+        ["--K", "2", "--K", "3"],
+        ["--K=2", "--K", "2"],
+    ],
+)
+def test_an_option_given_twice_is_refused(capsys, monkeypatch, given):
+    def started(*args, **kwargs):
+        raise AssertionError("the options should have been refused before fitting")
+
+    monkeypatch.setattr(cli, "fit", started)
+    assert main(["fit", "gmm", *given]) == 2
+    err = capsys.readouterr().err
+    assert "zoo: error: option 'K' is given twice" in err and "Traceback" not in err
+
+
+def test_a_run_that_diverges_is_one_line_with_advice(capsys):
+    argv = ["fit", "gmm", "--algorithm", "svi", "--backend", "numpyro", "--lr", "100"]
+    assert main([*argv, "--num-steps", "50", "--json"]) == 1  # --json: no progress bar
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("zoo: error: The objective became")
+    assert "Traceback" not in err[0]
+
+
+def test_a_networks_weights_are_shown_by_their_shape(capsys):
+    assert main(["fit", "vae", "--backend", "pyro", "--num-steps", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "encoder.body.hidden.1.weight: float32 array of shape (200, 200)" in "\n".join(out)
+    assert len(out) < 60
