@@ -376,6 +376,9 @@ def compare(
             or not len(values)
         ):
             raise ValueError(f"{name} must be a non-empty list; got {values!r}.")
+        repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
+        if repeated:  # the same run twice: a duplicate row, and its time spent again
+            raise ValueError(f"{name} lists {repeated} more than once; give each once.")
     for backend in backends:
         get_backend(backend)  # an unknown name is an error, not a silently empty row
     algs = [get_algorithm(a) for a in algorithms]

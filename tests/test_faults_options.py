@@ -518,3 +518,19 @@ def test_a_step_that_fails_on_finite_parameters_is_not_taken_for_divergence(monk
     monkeypatch.setattr(cavi, "step", broken)
     with pytest.raises(ValueError, match="a bug, not a divergence"):
         _fit("bayesian_gmm", "cavi", "pyro")
+
+
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        ({"algorithms": ["em", "em"]}, "algorithms"),
+        ({"backends": ["pyro", "pyro"]}, "backends"),
+        ({"seeds": [0, 1, 0]}, "seeds"),
+        ({"seeds": np.array([3, 3])}, "seeds"),
+    ],
+)
+def test_compare_refuses_a_repeated_run(given, named):
+    data = {"x": np.random.default_rng(0).normal(size=(30, 2))}
+    kwargs = {"algorithms": ["em"], "backends": ["pyro"], "K": 2, "progress": False, **given}
+    with pytest.raises(ValueError, match=f"{named} lists .* more than once"):
+        inference.compare("gmm", data, **kwargs)
