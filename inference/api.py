@@ -481,7 +481,9 @@ def fit(
                 stacklevel=2,
             )
         header["validation_setup"] = {
-            "data_fingerprint": _fingerprint(spec.validate_data(validation_data)),
+            "data_fingerprint": _fingerprint(
+                spec.validate_data(validation_data, "validation_data")
+            ),
             "every": validation.every,
             "patience": None if patience is None else int(patience),
         }
@@ -513,7 +515,7 @@ def fit(
 
 
 def _validation(spec, alg, problem, state, make_result, validation_data, every, patience):
-    held_out = spec.validate_data(validation_data)
+    held_out = spec.validate_data(validation_data, "validation_data")
     if spec.check_data is not None:
         spec.check_data(held_out, problem.config)
 

@@ -391,7 +391,10 @@ def compare(
         )
     if reference is not None:
         _check_reference(reference, spec, data)
-    test_data = data if test_data is None else test_data
+    if test_data is None:
+        test_data = data
+    else:
+        spec.validate_data(test_data, "test_data")  # named as the caller's, before any fit
     plan = []  # (algorithm, model, backend, guide, options) of each run, before any runs
     for alg in algs:
         target = next((m for m in [spec, *twins] if alg.supports(m)), None)

@@ -534,3 +534,28 @@ def test_compare_refuses_a_repeated_run(given, named):
     kwargs = {"algorithms": ["em"], "backends": ["pyro"], "K": 2, "progress": False, **given}
     with pytest.raises(ValueError, match=f"{named} lists .* more than once"):
         inference.compare("gmm", data, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"x": np.ones(5)}, r"\[.x.\] must have 2 dimensions"),
+        ({"x": np.full((4, 2), np.nan)}, r"\[.x.\] contains NaN or inf"),
+        ({"y": np.ones((4, 2))}, r"takes \w+ keys \['x'\]"),
+        (np.ones((4, 2)), "must be a dict mapping"),
+    ],
+)
+@pytest.mark.parametrize("where", ["validation_data", "test_data"])
+def test_bad_held_out_data_is_named_as_the_caller_named_it(bad, message, where):
+    data = {"x": np.random.default_rng(0).normal(size=(30, 2))}
+    if where == "validation_data":
+        run = lambda: inference.fit(  # noqa: E731
+            "gmm", data, "svi", "pyro", K=2, num_steps=2, progress=False, validation_data=bad
+        )
+    else:
+        run = lambda: inference.compare(  # noqa: E731
+            "gmm", data, ["em"], ["pyro"], K=2, progress=False, test_data=bad
+        )
+    with pytest.raises((ValueError, TypeError), match=message) as err:
+        run()
+    assert str(err.value).startswith(where) or f"takes {where} keys" in str(err.value)

@@ -321,7 +321,7 @@ class ModelSpec:
             return twin.make_model(config, init)
         return functools.partial(twin.model, init=init)
 
-    def validate_data(self, data: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def validate_data(self, data: Mapping[str, Any], name: str = "data") -> dict[str, np.ndarray]:
         """Check data against the contract; return it as numpy arrays.
 
         Raises a ``ValueError`` that says what was expected and what was got.
@@ -330,6 +330,9 @@ class ModelSpec:
         ----------
         data : mapping of str to array-like
             One array per data key of the model (``spec.data``).
+        name : str
+            What the caller calls ``data`` (``"validation_data"``, ``"test_data"``), for the
+            messages.
 
         Returns
         -------
@@ -360,15 +363,15 @@ class ModelSpec:
             keys = sorted(self.data)
             example = ", ".join(f"{k!r}: np.asarray(...)" for k in keys)
             raise TypeError(
-                f"data must be a dict mapping {keys} to arrays; got {type(data).__name__}. "
-                f"Name each array by its key: data={{{example}}} (a DataFrame, Series, list or "
+                f"{name} must be a dict mapping {keys} to arrays; got {type(data).__name__}. "
+                f"Name each array by its key: {name}={{{example}}} (a DataFrame, Series, list or "
                 "tensor becomes an array with np.asarray)."
             )
         missing = sorted(set(self.data) - set(data))
         extra = sorted(set(data) - set(self.data))
         if missing or extra:
             raise ValueError(
-                f"Model {self.name!r} takes data keys {sorted(self.data)}; "
+                f"Model {self.name!r} takes {name} keys {sorted(self.data)}; "
                 f"missing {missing}, unexpected {extra}."
             )
         out = {}
@@ -377,16 +380,16 @@ class ModelSpec:
                 value = np.asarray(data[key])
             except (TypeError, ValueError) as err:  # ragged lists, objects numpy cannot read
                 raise ValueError(
-                    f"data[{key!r}] cannot be read as an array ({contract.doc}): {err}"
+                    f"{name}[{key!r}] cannot be read as an array ({contract.doc}): {err}"
                 ) from None
             if value.ndim != contract.ndim:
                 raise ValueError(
-                    f"data[{key!r}] must have {contract.ndim} dimensions ({contract.doc}); "
+                    f"{name}[{key!r}] must have {contract.ndim} dimensions ({contract.doc}); "
                     f"got shape {value.shape}."
                 )
             if 0 in value.shape:
                 raise ValueError(
-                    f"data[{key!r}] is empty ({contract.doc}); got shape {value.shape}."
+                    f"{name}[{key!r}] is empty ({contract.doc}); got shape {value.shape}."
                 )
             if value.dtype.kind not in contract.kind:
                 mixed = (
@@ -396,14 +399,14 @@ class ModelSpec:
                     else ""
                 )
                 raise ValueError(
-                    f"data[{key!r}] must have a dtype of kind {contract.kind!r} "
+                    f"{name}[{key!r}] must have a dtype of kind {contract.kind!r} "
                     f"(numpy dtype.kind); got {value.dtype}{mixed}."
                 )
             if value.dtype.kind == "f" and value.dtype.itemsize > 8:
                 raise ValueError(
-                    f"data[{key!r}] has dtype {value.dtype}, more precise than either backend "
+                    f"{name}[{key!r}] has dtype {value.dtype}, more precise than either backend "
                     f"computes in (float64 at most); convert it first, e.g. "
-                    f"data[{key!r}].astype(np.float64)."
+                    f"{name}[{key!r}].astype(np.float64)."
                 )
             if value.dtype.kind == "f":
                 bad = ~np.isfinite(value)
@@ -412,7 +415,7 @@ class ModelSpec:
                     shown = ", ".join(str(r) for r in rows[:10])
                     more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
                     raise ValueError(
-                        f"data[{key!r}] contains NaN or inf in {len(rows)} row(s): "
+                        f"{name}[{key!r}] contains NaN or inf in {len(rows)} row(s): "
                         f"{shown}{more}. Drop or impute them before fitting."
                     )
             out[key] = value
