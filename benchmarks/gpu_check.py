@@ -48,6 +48,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import datetime  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
@@ -171,8 +172,8 @@ def where(err: BaseException, frames: int = 3) -> str:
 class Run:
     """What the run measured, what it could not, and its clock."""
 
-    def __init__(self, args, sizes):
-        self.args, self.sizes = args, sizes
+    def __init__(self, args, sizes, argv=()):
+        self.args, self.sizes, self.argv = args, sizes, list(argv)
         self.start = time.perf_counter()
         self.figures: dict = {}
         self.not_measured: list[str] = []
@@ -232,6 +233,8 @@ def environment(run: Run) -> dict:
 
     dev = run.args.device
     out = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python", "benchmarks/gpu_check.py", *run.argv]),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
@@ -331,14 +334,14 @@ def smoke(run: Run) -> list[dict]:
                 if error is None:
                     row["per_step_s"] = res.timing["per_step"]
                     row["warnings"] = caught
-                    say(f"  {name:18s} {algorithm:12s} {backend:8s} ok      {seconds:6.1f} s")
+                    say(f"  {name:19s} {algorithm:12s} {backend:8s} ok      {seconds:6.1f} s")
                     for line in caught[:3]:
                         say(f"    warning: {line}")
                 else:
                     row["error"] = first_line(error)
                     row["where"] = where(error)
                     run.failures.append(f"smoke {what}: {row['error']}")
-                    say(f"  {name:18s} {algorithm:12s} {backend:8s} FAILED  {seconds:6.1f} s  "
+                    say(f"  {name:19s} {algorithm:12s} {backend:8s} FAILED  {seconds:6.1f} s  "
                         f"{row['error']}\n    at {row['where']}")  # fmt: skip
                 rows.append(row)
     ok = sum(r["ok"] for r in rows)
@@ -392,7 +395,7 @@ def agreement(run: Run) -> list[dict]:
                              "objective_cpu": cpu, "objective_device": other,
                              "relative_difference": abs(cpu - other) / max(abs(cpu), 1e-300),
                              "seconds_cpu": t_cpu, "seconds_device": t_dev, "ok": ok})  # fmt: skip
-                say(f"  {name:18s} {algorithm:5s} {backend:8s} objective cpu {cpu:.10f} {dev} "
+                say(f"  {name:19s} {algorithm:5s} {backend:8s} objective cpu {cpu:.10f} {dev} "
                     f"{other:.10f} ({t_cpu:.2f} s / {t_dev:.2f} s)  {'ok' if ok else 'MISMATCH'}")  # fmt: skip
                 if not ok:
                     run.failures.append(f"{what}: {cpu!r} on cpu, {other!r} on {dev}")
@@ -728,13 +731,14 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=300.0,
                    help="seconds: no section starts after, and every check ends by, this")  # fmt: skip
     p.add_argument("--json", help="also write every figure to this file")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
     sections = list(args.sections or SECTIONS)
     if args.smoke_only:
         sections = ["environment", "smoke"]
     if "environment" not in sections:
         sections.insert(0, "environment")
-    run = Run(args, QUICK if args.quick else FULL)
+    run = Run(args, QUICK if args.quick else FULL, argv)
     say(f"gpu_check on {args.device}: sections {' '.join(sections)}; "
         f"budget {args.budget:.0f} s{' (quick sizes)' if args.quick else ''}")  # fmt: skip
     for name in sections:
@@ -749,6 +753,7 @@ def main(argv=None):
         if result is not None:
             run.figures[name] = result
         say(f"== {name}: {run.section_seconds[name]:.1f} s")
+        write_report(run, targets(run))  # after each section: a crash keeps what was measured
         found = (run.figures.get("environment") or {}).get
         if name == "environment" and not any(found(f"{b}_device") for b in args.backends):
             say("no backend has the device: stopping here")
@@ -766,8 +771,13 @@ def main(argv=None):
         say(f"  {line}")
     say(f"\n== {'FAILED: ' + '; '.join(run.failures) if run.failures else 'all checks passed'}")
     say(f"total {run.elapsed():.0f} s")
+    return write_report(run, goals)
+
+
+def write_report(run: Run, goals: list[dict]) -> dict:
+    """The run's report, also written to ``--json`` when given."""
     report = {
-        "settings": vars(args),
+        "settings": vars(run.args),
         "figures": run.figures,
         "targets": goals,
         "not_measured": run.not_measured,
@@ -775,8 +785,8 @@ def main(argv=None):
         "section_seconds": run.section_seconds,
         "total_seconds": run.elapsed(),
     }
-    if args.json:
-        with open(args.json, "w") as f:
+    if run.args.json:
+        with open(run.args.json, "w") as f:
             json.dump(report, f, indent=2, default=_json_default)
     return report
 
