@@ -49,6 +49,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import datetime  # noqa: E402
+import importlib.metadata  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
@@ -248,6 +249,12 @@ def environment(run: Run) -> dict:
         "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
         "host_cpus": os.cpu_count(),
     }
+    # What the fits need besides the backends (scikit-learn: the VAE's built-in data).
+    for dist in ("funsor", "equinox", "flatbuffers", "arviz", "scikit-learn"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "missing"
     for backend in ("pyro", "numpyro"):
         try:
             out[f"{backend}_device"] = str(devices.resolve(backend, dev))
