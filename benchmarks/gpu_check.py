@@ -389,7 +389,7 @@ def agreement(run: Run) -> list[dict]:
             for backend in run.args.backends:
                 what = f"agreement {name} {algorithm} {backend}"
                 fits = {}
-                for where_ in ("cpu", dev):
+                for where_ in dict.fromkeys(("cpu", dev)):  # once when the device is the CPU
                     fits[where_] = run.attempt(
                         f"{what} on {where_}", _timed_fit, spec, data, algorithm, backend,
                         where_, run.sizes.agree_steps,
@@ -764,6 +764,8 @@ def main(argv=None):
         found = (run.figures.get("environment") or {}).get
         if name == "environment" and not any(found(f"{b}_device") for b in args.backends):
             say("no backend has the device: stopping here")
+            for rest in sections[sections.index(name) + 1 :]:
+                run.missing(f"section {rest}", f"no backend has device {args.device!r}")
             break
     goals = targets(run)
     if goals:
@@ -776,7 +778,12 @@ def main(argv=None):
     say(f"\n== not measured ({len(run.not_measured)})")
     for line in run.not_measured or ["nothing: every figure was taken"]:
         say(f"  {line}")
-    say(f"\n== {'FAILED: ' + '; '.join(run.failures) if run.failures else 'all checks passed'}")
+    if run.failures:
+        say(f"\n== FAILED ({len(run.failures)})")
+        for line in run.failures:
+            say(f"  {line}")
+    else:
+        say("\n== all checks passed")
     say(f"total {run.elapsed():.0f} s")
     return write_report(run, goals)
 

@@ -162,6 +162,7 @@ def test_gpu_check_says_what_it_could_not_measure(capsys):
     report = run_benchmark("gpu_check", ["--device", "cuda:99", "--quick", "--smoke-only"])
     assert report["failures"]
     assert "stopping here" in capsys.readouterr().out
+    assert report["not_measured"] == ["section smoke: no backend has device 'cuda:99'"]
 
 
 def test_gpu_check_time_limits_nest():
