@@ -652,7 +652,29 @@ def nuts(run: Run) -> list[dict]:
             rows.append(row)
             say(f"  {backend:8s} {n:8d} {row['size']:12,d} {cpu_s * 1e3:16.3f} "
                 f"{dev_s * 1e3:18.3f} {dev_s / cpu_s:10.2f}  {row['warns']}")  # fmt: skip
+    for backend in run.args.backends:
+        measured = [(r["size"], r["device_over_cpu"]) for r in rows if r["backend"] == backend]
+        if measured and dev != "cpu":
+            found = run.figures.setdefault("nuts_crossover", {})[backend] = crossover(measured)
+            say(f"  {backend}: {found} (threshold {NUTS_GPU_MIN_SIZE:,})")
     return rows
+
+
+def crossover(measured: list[tuple[int, float]]) -> str:
+    """Where the device becomes faster than the CPU, from (size, device time / CPU time) rows:
+    the size at which the ratio crosses 1, interpolated on log scales between the rows around
+    it."""
+    measured = sorted(measured)
+    for (s0, r0), (s1, r1) in zip(measured, measured[1:], strict=False):
+        if r0 >= 1 > r1:
+            t = np.log(r0) / (np.log(r0) - np.log(r1))
+            size = np.exp(np.log(s0) + t * (np.log(s1) - np.log(s0)))
+            return f"the device is faster from a size of about {size:,.0f}"
+    if all(r < 1 for _, r in measured):
+        return f"the device is faster at every size measured (from {int(measured[0][0]):,})"
+    if all(r >= 1 for _, r in measured):
+        return f"the CPU is faster at every size measured (up to {int(measured[-1][0]):,})"
+    return "no single crossing: the device is faster at some smaller sizes than the CPU"
 
 
 # --- targets ------------------------------------------------------------------------------------

@@ -190,3 +190,15 @@ def test_gpu_check_time_limits_nest():
                 spin(5.0)
     assert time.monotonic() - start < 2.0
     assert [line.split(":")[0] for line in run.not_measured] == ["a long check"]
+
+
+def test_gpu_check_finds_where_the_device_becomes_faster():
+    """The NUTS rows' summary: the size where the device's time over the CPU's crosses 1."""
+    script = runpy.run_path(str(BENCHMARKS / "gpu_check.py"), run_name="gpu_check")
+    crossover = script["crossover"]
+    assert crossover([(10**6, 0.5), (10**4, 2.0)]) == (
+        "the device is faster from a size of about 100,000"
+    )
+    assert crossover([(10**4, 0.5)]).startswith("the device is faster at every size")
+    assert crossover([(10**4, 5.0), (10**6, 2.0)]).startswith("the CPU is faster at every size")
+    assert crossover([(10**4, 0.5), (10**6, 2.0)]).startswith("no single crossing")
