@@ -105,6 +105,7 @@ def started_fit(backend, attention, x, y, args, seed=0, prior=None):
         lr=1e-3,
         elbo=args.elbo,
         progress=False,
+        device=args.device,
         callback=lambda step, state, info: kept.update(state=state),
         attention=attention,
         prior=args.prior if prior is None else prior,
@@ -160,6 +161,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="2 blocks of 5 steps, 512 images")
     p.add_argument("--backends", nargs="+", default=["pyro", "numpyro"])
+    p.add_argument("--device", default="cpu", help='"cpu", "cuda" or "cuda:N"')
     p.add_argument("--steps", type=int, default=40, help="timed steps per block")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--rounds", type=int, default=10, help="blocks")

@@ -56,7 +56,7 @@ def sklearn_iteration_time(x, resp, k, steps):
     return float(np.median(np.diff(model.stamps))), model
 
 
-def zoo_iteration_time(x, resp, k, backend, steps):
+def zoo_iteration_time(x, resp, k, backend, steps, device="cpu", dtype="float64"):
     import inference
 
     res = inference.fit(
@@ -70,8 +70,18 @@ def zoo_iteration_time(x, resp, k, backend, steps):
         num_steps=steps,
         tol=0.0,
         progress=False,
+        device=device,
+        dtype=dtype,
     )
     return res.timing["per_step"], res
+
+
+def bytes_per_iteration(n, d, k, itemsize=8):
+    """Bytes one CAVI iteration moves at least: the features are read twice (E-step product,
+    M-step product) and the (N, K) responsibilities are written and read a few times (normalise,
+    exp, entropy, product)."""
+    features = 1 + d + d * (d + 1) // 2
+    return itemsize * n * (2 * features + 4 * k)
 
 
 def memory_bandwidth(nbytes=400_000_000):
@@ -105,10 +115,7 @@ def main(argv=None):
         agreement[backend] = float(
             np.max(np.abs(res.params["means"] - sk_model.means_)) / np.max(np.abs(sk_model.means_))
         )
-    features = 1 + args.d + args.d * (args.d + 1) // 2
-    # Per iteration: the features are read twice (E-step product, M-step product) and the (N, K)
-    # responsibilities are written and read a few times (normalise, exp, entropy, product).
-    bytes_per_iter = 8 * args.n * (2 * features + 4 * args.k)
+    bytes_per_iter = bytes_per_iteration(args.n, args.d, args.k)
     bandwidth = memory_bandwidth()
     out = {
         "n": args.n,

@@ -1,92 +1,831 @@
-"""Exercise the GPU paths of both backends and compare them with the CPU.
+"""The GPU acceptance run: every model, backend and algorithm on the device, CPU/GPU agreement,
+and the speed figures of the GPU results page, in one process, within six minutes on one GPU.
 
-Run on a machine with a CUDA GPU (``--device cuda`` by default); exits non-zero on a mismatch.
+Sections, in order (each prints its elapsed time; one that fails or runs out of time prints its
+error and the run goes on; the end lists every figure that could not be taken):
 
-* Closed-form CAVI (``bayesian_gmm``) and EM (``gmm``): the same iterations on the GPU and the
-  CPU, in float64, must give the same objective to 1e-9 (relative).
-* The VAE: a minibatch SVI fit on the GPU (data and networks there), then the per-datum ELBO
-  and importance-weighted log p(x) of the same weights evaluated on the GPU and on the CPU agree
-  within Monte-Carlo error.
+* ``environment``: versions, the device's name, JAX's 64-bit mode and the caches in use.
+* ``smoke``: every registered model (``zoo.list_models``) x backend x algorithm that supports it
+  (``inference.registry.supporting``): a short fit on the device of the model's own small data
+  (``spec.make_data``), a few steps each (NUTS: one short chain), then an evaluation on the
+  device. One line per fit: ok, or FAILED and the error's first line, and seconds; then the
+  first line of each kind of warning the fit gave (an export cache that fell back to tracing).
+* ``agreement``: the deterministic algorithms (CAVI, EM: not stochastic, not samplers), every
+  model that supports them, both backends, float64: the objective after the same iterations on
+  the CPU and on the device agrees to 1e-9 (relative). And a VAE fitted on the device scores
+  the same (ELBO, log p(x)) on both devices, within Monte-Carlo error.
+* ``bandwidth``: the device's memory bandwidth, from a large device-to-device copy (torch).
+* ``vae``: seconds per epoch of the VAE (784-200-200-50, Adam, batch 100 and 1,000) against a
+  plain PyTorch loop on the same device (``vae_speed.py``): Pyro ``Trace_ELBO``, Pyro
+  ``jit=True``, Pyro ``elbo="meanfield"`` with ``jit=True``, NumPyro. The data are 50,000 random
+  binary rows of MNIST's shape (the speed does not depend on the pixels; nothing to download).
+* ``cavi``: CAVI seconds per iteration on the Bayesian GMM (D=10, K=20, N=1,000,000), float64
+  and float32, both backends (``cavi_speed.py``), with the bytes an iteration moves, the
+  memory-bound time at the measured bandwidth, and the ratio to it.
+* ``bam``: the Bayesian attention classifier's step against the softmax step, both backends,
+  stepped side by side (``bam_speed.py``).
+* ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
+  at a few data sizes, both backends: the figures that calibrate
+  ``inference.sampler_device.NUTS_GPU_MIN_SIZE`` (the size below which a GPU fit warns that the
+  CPU is faster). Each row prints its size (latent dimension x data size).
 
-    python benchmarks/gpu_check.py [--device cuda] [--vae-rows 5000]
+Then the targets of the GPU work, met or not, and what could not be measured. The exit status
+is 1 when a smoke fit fails or an agreement check does not agree, else 0.
+
+    python benchmarks/gpu_check.py                        # on cuda, about 5 minutes
+    python benchmarks/gpu_check.py --json gpu.json        # also save every figure
+    python benchmarks/gpu_check.py --device cpu --quick   # small sizes: the whole run on a CPU
+    python benchmarks/gpu_check.py --smoke-only           # the smoke fits alone
+    python benchmarks/gpu_check.py --sections vae cavi    # some sections
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import time
+import os
 
-import numpy as np
+# JAX takes 75% of a GPU's memory when it starts unless told not to; torch shares the device.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-import inference
-import zoo
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import datetime  # noqa: E402
+import importlib.metadata  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # this checkout's packages, run from anywhere
+    sys.path.insert(1, str(HERE.parent))
+
+SECTIONS = ("environment", "smoke", "agreement", "bandwidth", "vae", "cavi", "bam", "nuts")
+
+# Sizes of the full run (on a GPU) and of --quick (a CPU in about two minutes).
+FULL = SimpleNamespace(
+    smoke_rows=200, smoke_steps=5, smoke_limit=60.0,
+    agree_rows=2000, agree_steps=30, vae_agree_rows=2000, vae_agree_steps=100,
+    bandwidth_bytes=2_000_000_000,
+    vae_rows=50_000, vae_batches=(100, 1000), vae_epochs=2,
+    cavi_n=1_000_000, cavi_steps=12,
+    bam=dict(steps=10, warmup=5, rounds=3, rows=4096),
+    nuts_sizes=(300, 10_000, 300_000), nuts_iterations=4, nuts_depth=4, nuts_limit=40.0,
+)  # fmt: skip
+QUICK = SimpleNamespace(
+    smoke_rows=60, smoke_steps=3, smoke_limit=60.0,
+    agree_rows=300, agree_steps=10, vae_agree_rows=300, vae_agree_steps=10,
+    bandwidth_bytes=100_000_000,
+    vae_rows=500, vae_batches=(100,), vae_epochs=2,
+    cavi_n=20_000, cavi_steps=4,
+    bam=dict(steps=2, warmup=1, rounds=2, rows=256),
+    nuts_sizes=(300,), nuts_iterations=3, nuts_depth=3, nuts_limit=30.0,
+)  # fmt: skip
+# Section time limits (seconds) of the full run; the whole run also stops starting sections
+# once --budget is spent.
+SECTION_LIMITS = {
+    "environment": 60, "smoke": 150, "agreement": 40, "bandwidth": 20,
+    "vae": 70, "cavi": 40, "bam": 40, "nuts": 75,
+}  # fmt: skip
+# The smoke's NUTS runs: one chain, a few shallow iterations (where the algorithm's short run
+# sets these options).
+SMOKE_SAMPLER = {"num_chains": 1, "num_warmup": 3, "num_draws": 3, "max_tree_depth": 3}
+AGREEMENT_RTOL = 1e-9
 
 
-def check_closed_form(device: str) -> list[str]:
-    failures = []
-    x = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 5000)["x"]
-    for model, algorithm in (("bayesian_gmm", "cavi"), ("gmm", "em")):
-        for backend in ("pyro", "numpyro"):
-            runs = {}
-            for dev in ("cpu", device):
-                t0 = time.perf_counter()
-                res = inference.fit(
-                    model, {"x": x}, algorithm, backend, device=dev, K=8, num_steps=50, tol=0.0,
-                    progress=False,
-                )  # fmt: skip
-                runs[dev] = (res.objective, time.perf_counter() - t0)
-            (cpu, t_cpu), (gpu, t_gpu) = runs["cpu"], runs[device]
-            ok = np.isclose(cpu, gpu, rtol=1e-9)
-            print(
-                f"{model:13s} {algorithm:5s} {backend:8s} objective cpu {cpu:.10f} "
-                f"{device} {gpu:.10f}  ({t_cpu:.2f} s / {t_gpu:.2f} s)  {'ok' if ok else 'MISMATCH'}"
-            )
-            if not ok:
-                failures.append(f"{model}/{algorithm}/{backend}")
-    return failures
+def _benchmark(name):
+    """Another script of this folder, imported as a module (its functions are reused)."""
+    spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def check_vae(device: str, rows: int) -> list[str]:
-    from zoo.datasets import load_binarized_mnist
+class TimeUp(BaseException):
+    """A check ran past its time limit (a BaseException, so that no ``except Exception`` inside
+    the library swallows it)."""
 
-    failures = []
-    x = load_binarized_mnist("train")[:rows].astype(np.float32)
-    test = load_binarized_mnist("test")[::20].astype(np.float32)  # 500 rows from all over
+
+_DEADLINES: list[float] = []  # of the limits in force, innermost last
+
+
+def _arm(deadline: float) -> None:
+    signal.setitimer(signal.ITIMER_REAL, max(deadline - time.monotonic(), 1e-3))
+
+
+def _expire(signum, frame):
+    raise TimeUp("ran past its time limit")
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise :class:`TimeUp` in this thread after ``seconds``, or at an enclosing limit if that
+    comes first (the main thread only; elsewhere, no limit). A call into compiled code returns
+    before the limit takes effect."""
+    usable = seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
+    if not usable or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    deadline = time.monotonic() + seconds
+    if _DEADLINES:
+        deadline = min(deadline, _DEADLINES[-1])
+    else:
+        previous = signal.signal(signal.SIGALRM, _expire)
+    _DEADLINES.append(deadline)
+    _arm(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINES.pop()
+        if outer_limit_passed():  # the enclosing check's time is up too: end it
+            raise TimeUp("ran past an enclosing time limit")
+        if _DEADLINES:
+            _arm(_DEADLINES[-1])
+        else:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def outer_limit_passed() -> bool:
+    """Whether the time of the innermost limit still in force is up."""
+    return bool(_DEADLINES) and time.monotonic() >= _DEADLINES[-1]
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+def where(err: BaseException, frames: int = 3) -> str:
+    """The innermost frames of the error's traceback, one short line."""
+    tb = traceback.extract_tb(err.__traceback__)[-frames:]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(tb))
+
+
+class Run:
+    """What the run measured, what it could not, and its clock."""
+
+    def __init__(self, args, sizes, argv=()):
+        self.args, self.sizes, self.argv = args, sizes, list(argv)
+        self.start = time.perf_counter()
+        self.figures: dict = {}
+        self.not_measured: list[str] = []
+        self.failures: list[str] = []
+        self.section_seconds: dict[str, float] = {}
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def remaining(self) -> float:
+        return self.args.budget - self.elapsed()
+
+    def limit(self, seconds) -> float:
+        """A time limit of at most ``seconds`` that ends within the run's budget."""
+        return max(0.1, min(seconds, self.remaining()))
+
+    def missing(self, what: str, why: str) -> None:
+        self.not_measured.append(f"{what}: {why}")
+        print(f"  not measured: {what} ({why})", flush=True)
+
+    def attempt(self, what: str, function, *args, limit=None, **kwargs):
+        """``function(*args, **kwargs)``, or None when it fails or runs out of time (printed
+        with its traceback's innermost frames, and listed as not measured)."""
+        try:
+            with time_limit(self.limit(limit or self.remaining())):
+                return function(*args, **kwargs)
+        except (Exception, TimeUp) as err:
+            print(f"  {what}: {first_line(err)}\n    at {where(err)}", flush=True)
+            self.missing(what, first_line(err))
+            if isinstance(err, TimeUp) and outer_limit_passed():
+                raise  # the enclosing section's time is up: it ends here
+            return None
+
+
+def say(*parts):
+    print(*parts, flush=True)
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+# --- environment --------------------------------------------------------------------------------
+
+
+def environment(run: Run) -> dict:
+    import jax
+    import numpyro
+    import pyro
+    import torch
+
+    from inference.backends import jax_cache, numpyro_backend  # noqa: F401 (sets JAX's mode)
+    from zoo import devices
+
+    dev = run.args.device
+    out = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python", "benchmarks/gpu_check.py", *run.argv]),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "pyro": pyro.__version__,
+        "jax": jax.__version__,
+        "numpyro": numpyro.__version__,
+        "jax_devices": [str(d) for d in jax.devices()],
+        "jax_enable_x64": bool(jax.config.jax_enable_x64),
+        "ZOO_JAX_CACHE": os.environ.get("ZOO_JAX_CACHE"),
+        "jax_cache_dir": str(jax_cache.root()),
+        "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+        "host_cpus": os.cpu_count(),
+    }
+    # What the fits need besides the backends (scikit-learn: the VAE's built-in data).
+    for dist in ("funsor", "equinox", "flatbuffers", "arviz", "scikit-learn"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "missing"
     for backend in ("pyro", "numpyro"):
-        t0 = time.perf_counter()
+        try:
+            out[f"{backend}_device"] = str(devices.resolve(backend, dev))
+        except ValueError as err:
+            out[f"{backend}_device"] = None
+            run.failures.append(f"{backend} has no device {dev!r}")
+            say(f"  {backend}: {first_line(err)}")
+    if dev.startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(dev).index or 0
+        out["gpu"] = torch.cuda.get_device_name(index)
+        out["gpu_memory_gib"] = torch.cuda.get_device_properties(index).total_memory / 2**30
+    for key, value in out.items():
+        say(f"  {key}: {value}")
+    return out
+
+
+# --- smoke: every model x backend x algorithm ---------------------------------------------------
+
+
+def smoke_fit(spec, algorithm: str, backend: str, data: dict, run: Run):
+    import inference
+
+    alg = inference.get_algorithm(algorithm)
+    short = alg.short_run(run.sizes.smoke_steps)
+    short.update({k: v for k, v in SMOKE_SAMPLER.items() if k in short})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         res = inference.fit(
-            "vae", {"x": x}, "svi", backend, device=device, num_steps=5 * (rows // 100),
-            batch_size=100, lr=1e-3, progress=False,
+            spec, data, algorithm, backend, device=run.args.device, tol=0.0, progress=False,
+            **short, **spec.example_options,
         )  # fmt: skip
-        train_s = time.perf_counter() - t0
+        objective = np.asarray(res.history["objective"])
+        if not np.all(np.isfinite(objective)):
+            raise FloatingPointError(f"non-finite objective {objective}")
+        # Scored on the device too: per datum where the latents are local, else draws.
+        if spec.sample_posterior is None:
+            scores = res.elbo(data, num_samples=2, device=run.args.device)
+            if not np.all(np.isfinite(scores)):
+                raise FloatingPointError("non-finite per-datum ELBO")
+        else:
+            res.sample_posterior(num_samples=10)
+    # Each kind of warning once, by its first line: a cache that fell back to tracing, a
+    # sampler on the wrong device.
+    seen = {f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:160]}": None
+            for w in caught if str(w.message).strip()}  # fmt: skip
+    return res, list(seen)
+
+
+def smoke(run: Run) -> list[dict]:
+    import inference
+    import zoo
+    from inference.registry import supporting
+
+    rows = run.figures["smoke"] = []  # kept as they come: a section cut short keeps its rows
+    models = run.args.models or zoo.list_models()
+    for name in models:
+        spec = zoo.get_model(name)
+        try:
+            data = spec.validate_data(
+                spec.make_data(np.random.default_rng(0), run.sizes.smoke_rows)
+            )
+        except Exception as err:
+            run.missing(f"smoke {name}: its data (spec.make_data)", first_line(err))
+            continue
+        for algorithm in supporting(spec):
+            for backend in run.args.backends:
+                what = f"{name} {algorithm} {backend}"
+                if run.remaining() < 5:
+                    run.missing(f"smoke {what}", "the run's time budget was spent")
+                    continue
+                t0 = time.perf_counter()
+                error = None
+                try:
+                    with time_limit(run.limit(run.sizes.smoke_limit)):
+                        res, caught = smoke_fit(spec, algorithm, backend, data, run)
+                except (Exception, TimeUp) as err:
+                    if isinstance(err, TimeUp) and outer_limit_passed():
+                        run.missing(f"smoke {what} and the fits after it", first_line(err))
+                        raise
+                    error = err
+                seconds = time.perf_counter() - t0
+                row = {"model": name, "algorithm": algorithm, "backend": backend,
+                       "seconds": seconds, "ok": error is None}  # fmt: skip
+                if error is None:
+                    row["per_step_s"] = res.timing["per_step"]
+                    row["warnings"] = caught
+                    say(f"  {name:19s} {algorithm:12s} {backend:8s} ok      {seconds:6.1f} s")
+                    for line in caught[:3]:
+                        say(f"    warning: {line}")
+                else:
+                    row["error"] = first_line(error)
+                    row["where"] = where(error)
+                    run.failures.append(f"smoke {what}: {row['error']}")
+                    say(f"  {name:19s} {algorithm:12s} {backend:8s} FAILED  {seconds:6.1f} s  "
+                        f"{row['error']}\n    at {row['where']}")  # fmt: skip
+                rows.append(row)
+    ok = sum(r["ok"] for r in rows)
+    say(f"  {ok} of {len(rows)} fits ran on {run.args.device}; {len(inference.list_algorithms())} "
+        f"algorithms, {len(models)} models")  # fmt: skip
+    return rows
+
+
+# --- agreement ----------------------------------------------------------------------------------
+
+
+def deterministic_algorithms() -> list[str]:
+    """Algorithms whose fit is the same computation on every device: not stochastic, and not
+    samplers (whose random streams differ between devices)."""
+    import inference
+
+    return [
+        name
+        for name in inference.list_algorithms()
+        if not inference.get_algorithm(name).traits.stochastic
+        and inference.get_algorithm(name).traits.estimate != "draws"
+    ]
+
+
+def agreement(run: Run) -> list[dict]:
+    import inference
+    import zoo
+
+    rows = run.figures["agreement"] = []
+    dev = run.args.device
+    for algorithm in deterministic_algorithms():
+        alg = inference.get_algorithm(algorithm)
+        for name in run.args.models or zoo.list_models():
+            spec = zoo.get_model(name)
+            if not alg.supports(spec):
+                continue
+            data = spec.make_data(np.random.default_rng(0), run.sizes.agree_rows)
+            for backend in run.args.backends:
+                what = f"agreement {name} {algorithm} {backend}"
+                fits = {}
+                for where_ in dict.fromkeys(("cpu", dev)):  # once when the device is the CPU
+                    fits[where_] = run.attempt(
+                        f"{what} on {where_}", _timed_fit, spec, data, algorithm, backend,
+                        where_, run.sizes.agree_steps,
+                    )  # fmt: skip
+                if fits["cpu"] is None or fits[dev] is None:
+                    continue
+                (cpu, t_cpu), (other, t_dev) = fits["cpu"], fits[dev]
+                ok = bool(np.isclose(cpu, other, rtol=AGREEMENT_RTOL, atol=0.0))
+                rows.append({"model": name, "algorithm": algorithm, "backend": backend,
+                             "objective_cpu": cpu, "objective_device": other,
+                             "relative_difference": abs(cpu - other) / max(abs(cpu), 1e-300),
+                             "seconds_cpu": t_cpu, "seconds_device": t_dev, "ok": ok})  # fmt: skip
+                say(f"  {name:19s} {algorithm:5s} {backend:8s} objective cpu {cpu:.10f} {dev} "
+                    f"{other:.10f} ({t_cpu:.2f} s / {t_dev:.2f} s)  {'ok' if ok else 'MISMATCH'}")  # fmt: skip
+                if not ok:
+                    run.failures.append(f"{what}: {cpu!r} on cpu, {other!r} on {dev}")
+    if "vae" in (run.args.models or zoo.list_models()):
+        row = run.attempt("agreement vae evaluation", vae_evaluation_agreement, run)
+        if row is not None:
+            rows.extend(row)
+    return rows
+
+
+def _timed_fit(spec, data, algorithm, backend, device, steps):
+    import inference
+
+    t0 = time.perf_counter()
+    res = inference.fit(
+        spec, data, algorithm, backend, device=device, dtype="float64", num_steps=steps,
+        tol=0.0, progress=False, **spec.example_options,
+    )  # fmt: skip
+    return float(res.objective), time.perf_counter() - t0
+
+
+def binary_images(rows: int, seed: int = 0) -> np.ndarray:
+    """Random binary rows of MNIST's shape (784 pixels, about 13% on, as MNIST's)."""
+    rng = np.random.default_rng(seed)
+    return (rng.random((rows, 784), dtype=np.float32) < 0.13).astype(np.float32)
+
+
+def vae_evaluation_agreement(run: Run) -> list[dict]:
+    """A VAE fitted on the device scores held-out rows the same on both devices (within
+    Monte-Carlo error: the devices draw different noise)."""
+    import inference
+
+    dev, rows = run.args.device, []
+    x = binary_images(run.sizes.vae_agree_rows)
+    test = binary_images(200, seed=1)
+    for backend in run.args.backends:
+        res = inference.fit(
+            "vae", {"x": x}, "svi", backend, device=dev, num_steps=run.sizes.vae_agree_steps,
+            batch_size=100, lr=1e-3, progress=False, latent_dim=10, hidden=(100,),
+        )  # fmt: skip
         stats = {}
-        for dev in ("cpu", device):
-            elbo = res.elbo(test, num_samples=200, seed=1, device=dev)
-            log_px = res.log_marginal_likelihood(test, num_samples=200, seed=1, device=dev)
-            stats[dev] = (elbo.mean(), log_px.mean())
-        (e_cpu, l_cpu), (e_gpu, l_gpu) = stats["cpu"], stats[device]
-        ok = abs(e_cpu - e_gpu) < 0.5 and abs(l_cpu - l_gpu) < 0.5
-        print(
-            f"vae svi {backend:8s} 5 epochs of {rows} rows on {device}: {train_s:.1f} s, "
-            f"{res.timing['per_step'] * 1e3:.2f} ms/step; test ELBO cpu {e_cpu:.3f} "
-            f"{device} {e_gpu:.3f}; log p(x) k=200 cpu {l_cpu:.3f} {device} {l_gpu:.3f}  "
-            f"{'ok' if ok else 'MISMATCH'}"
-        )
+        for where_ in ("cpu", dev):
+            elbo = res.elbo(test, num_samples=100, seed=1, device=where_)
+            log_px = res.log_marginal_likelihood(test, num_samples=100, seed=1, device=where_)
+            stats[where_] = (float(elbo.mean()), float(log_px.mean()))
+        (e_cpu, l_cpu), (e_dev, l_dev) = stats["cpu"], stats[dev]
+        ok = abs(e_cpu - e_dev) < 0.5 and abs(l_cpu - l_dev) < 0.5
+        rows.append({"model": "vae", "algorithm": "svi", "backend": backend,
+                     "elbo_cpu": e_cpu, "elbo_device": e_dev, "log_px_cpu": l_cpu,
+                     "log_px_device": l_dev, "ok": ok})  # fmt: skip
+        say(f"  vae evaluation {backend:8s} ELBO cpu {e_cpu:.3f} {dev} {e_dev:.3f}; log p(x) "
+            f"cpu {l_cpu:.3f} {dev} {l_dev:.3f}  {'ok' if ok else 'MISMATCH'}")  # fmt: skip
         if not ok:
-            failures.append(f"vae/{backend}")
-    return failures
+            run.failures.append(f"agreement vae evaluation {backend}")
+    return rows
+
+
+# --- bandwidth ----------------------------------------------------------------------------------
+
+
+def bandwidth(run: Run) -> dict:
+    """Bytes per second of a device-to-device copy (read + write), the best of several."""
+    import torch
+
+    dev = run.args.device
+    n = run.sizes.bandwidth_bytes // 2  # two buffers
+    a = torch.ones(n // 4, dtype=torch.float32, device=dev)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    synchronize(dev)
+    best = float("inf")
+    for _ in range(10):
+        t0 = time.perf_counter()
+        b.copy_(a)
+        synchronize(dev)
+        best = min(best, time.perf_counter() - t0)
+    copied = a.nbytes
+    del a, b
+    out = {"bytes_copied": copied, "seconds": best, "bytes_per_s": 2 * copied / best}
+    say(f"  {out['bytes_per_s'] / 1e9:.1f} GB/s, read + write (a copy of {copied / 1e9:.2f} GB)")
+    return out
+
+
+# --- VAE epoch against a plain PyTorch loop -----------------------------------------------------
+
+VAE_PATHS = {  # name -> (backend, elbo, jit); the plain loop is the baseline
+    "zoo Pyro, Trace_ELBO": ("pyro", "trace", False),
+    "zoo Pyro, Trace_ELBO (jit=True)": ("pyro", "trace", True),
+    'zoo Pyro, elbo="meanfield" (jit=True)': ("pyro", "meanfield", True),
+    "zoo NumPyro, Trace_ELBO": ("numpyro", "trace", False),
+}
+PLAIN = "plain PyTorch loop"
+
+
+def vae(run: Run) -> dict:
+    import zoo
+
+    vae_speed = _benchmark("vae_speed")
+    dev, sizes = run.args.device, run.sizes
+    x = binary_images(sizes.vae_rows)
+    options = dict(latent_dim=50, hidden=(200, 200))
+    config = zoo.get_model("vae").prepare({"x": x[:1]}, **options)
+    lr, seed, epochs = 1e-3, 0, sizes.vae_epochs
+    say(f"  data: {sizes.vae_rows:,} random binary rows of 784 pixels (synthetic, not MNIST); "
+        f"784-200-200-50; best epoch after {epochs - 1} warm-up epoch(s)")  # fmt: skip
+    out = run.figures["vae"] = {"data": f"synthetic binary {sizes.vae_rows}x784", "by_batch": {}}
+    for batch in sizes.vae_batches:
+        times = {}
+        times[PLAIN] = run.attempt(
+            f"vae batch {batch} {PLAIN}", vae_speed.plain_pytorch_epochs, x, config, batch, lr,
+            epochs, seed, device=dev,
+        )  # fmt: skip
+        for name, (backend, elbo, jit) in VAE_PATHS.items():
+            if backend not in run.args.backends:
+                continue
+            times[name] = run.attempt(
+                f"vae batch {batch} {name}", vae_speed.zoo_epochs, x, backend, batch, lr,
+                epochs, seed, elbo, options, jit=jit, device=dev,
+            )  # fmt: skip
+        best = {name: min(t[1:] or t) for name, t in times.items() if t}
+        base = best.get(PLAIN)
+        table = {name: {"seconds_per_epoch": t,
+                        "x_plain_pytorch": t / base if base else None} for name, t in best.items()}  # fmt: skip
+        out["by_batch"][str(batch)] = table
+        say(f"  batch {batch}: | path | s/epoch | x plain PyTorch |")
+        for name, row in table.items():
+            ratio = row["x_plain_pytorch"]
+            say(f"    | {name} | {row['seconds_per_epoch']:.3f} | "
+                f"{'n/a' if ratio is None else f'{ratio:.2f}'} |")  # fmt: skip
+    return out
+
+
+# --- CAVI per iteration against the memory-bandwidth limit -------------------------------------
+
+
+def cavi(run: Run) -> dict:
+    cavi_speed = _benchmark("cavi_speed")
+    dev, n, d, k, steps = run.args.device, run.sizes.cavi_n, 10, 20, run.sizes.cavi_steps
+    x, resp = cavi_speed.make_problem(n, d, k)
+    measured = run.figures.get("bandwidth") or {}
+    bw = measured.get("bytes_per_s")
+    if bw is None:
+        run.missing("cavi memory-bound time", "no bandwidth measurement")
+    rows = {}
+    run.figures["cavi"] = {"n": n, "d": d, "k": k, "steps": steps, "bandwidth_bytes_per_s": bw,
+                           "rows": rows}  # fmt: skip
+    say(f"  N={n:,} D={d} K={k}, median of {steps} iterations (the first compiles)")
+    say(f"  {'backend':8s} {'dtype':8s} {'ms/iteration':>12s} {'MB/iteration':>12s} "
+        f"{'bound ms':>9s} {'x bound':>8s}")  # fmt: skip
+    for dtype, itemsize in (("float64", 8), ("float32", 4)):
+        nbytes = cavi_speed.bytes_per_iteration(n, d, k, itemsize)
+        for backend in run.args.backends:
+            got = run.attempt(
+                f"cavi {backend} {dtype}", cavi_speed.zoo_iteration_time, x, resp, k, backend,
+                steps, device=dev, dtype=dtype,
+            )  # fmt: skip
+            if got is None:
+                continue
+            seconds = got[0]
+            bound = nbytes / bw if bw else None
+            rows[f"{backend} {dtype}"] = {
+                "seconds_per_iteration": seconds,
+                "bytes_per_iteration": nbytes,
+                "memory_bound_s": bound,
+                "x_memory_bound": seconds / bound if bound else None,
+            }
+            say(f"  {backend:8s} {dtype:8s} {seconds * 1e3:12.3f} {nbytes / 1e6:12.1f} "
+                f"{'n/a' if bound is None else f'{bound * 1e3:9.3f}'} "
+                f"{'n/a' if bound is None else f'{seconds / bound:7.1f}x'}")  # fmt: skip
+    return run.figures["cavi"]
+
+
+# --- Bayesian attention against softmax ---------------------------------------------------------
+
+
+def bam(run: Run) -> dict:
+    bam_speed = _benchmark("bam_speed")
+    argv = ["--device", run.args.device]
+    for key, value in run.sizes.bam.items():
+        argv += [f"--{key}", str(value)]
+    table = run.figures["bam"] = {}
+    for backend in run.args.backends:  # one backend at a time: a failure loses only its rows
+        got = run.attempt(f"bam {backend}", bam_speed.main, [*argv, "--backends", backend])
+        if got:
+            table.update(got)
+    return table
+
+
+# --- NUTS on the device against the CPU ---------------------------------------------------------
+
+
+def nuts_leapfrog_seconds(data, backend, device, iterations, depth):
+    """Seconds per leapfrog step of one NUTS chain (the draws' chunk, after a warm-up chunk
+    that holds any compilation), the latent dimension, the data size and the fit's wall time."""
+    import inference
+
+    kept = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = inference.fit(
+            "bayesian_gmm", data, "nuts", backend, device=device, K=3, num_chains=1,
+            num_warmup=iterations, num_draws=iterations, chunk_size=iterations,
+            max_tree_depth=depth, progress=False,
+            callback=lambda step, state, info: kept.update(engine=state.engine),
+        )  # fmt: skip
+    t = res.history["time"]
+    steps = int(np.sum(res.sample_stats["n_steps"]))
+    engine = kept["engine"]
+    return (t[-1] - t[-2]) / steps, engine.latent_dim, engine.data_size, res.timing["wall"]
+
+
+def nuts(run: Run) -> list[dict]:
+    import zoo
+    from inference.sampler_device import NUTS_GPU_MIN_SIZE, cpu_likely_faster, sampling_size
+
+    dev, sizes = run.args.device, run.sizes
+    spec = zoo.get_model("bayesian_gmm")
+    rows, too_slow = run.figures.setdefault("nuts", []), set()
+    say(f"  bayesian_gmm K=3, one chain of {sizes.nuts_iterations} + {sizes.nuts_iterations} "
+        f"iterations, max_tree_depth={sizes.nuts_depth}; threshold {NUTS_GPU_MIN_SIZE:,}")  # fmt: skip
+    say(f"  {'backend':8s} {'N':>8s} {'size':>12s} {'ms/leapfrog cpu':>16s} "
+        f"{'ms/leapfrog ' + dev:>18s} {'device/cpu':>10s}  warns")  # fmt: skip
+    for n in sizes.nuts_sizes:
+        data = spec.make_data(np.random.default_rng(0), n)
+        for backend in run.args.backends:
+            got = {}
+            for where_ in dict.fromkeys(("cpu", dev)):  # once when the device is the CPU
+                if (backend, where_) in too_slow:
+                    run.missing(f"nuts {backend} N={n} on {where_}", "a smaller N ran too long")
+                    continue
+                t0 = time.perf_counter()
+                got[where_] = run.attempt(
+                    f"nuts {backend} N={n} on {where_}", nuts_leapfrog_seconds, data, backend,
+                    where_, sizes.nuts_iterations, sizes.nuts_depth, limit=sizes.nuts_limit,
+                )  # fmt: skip
+                if time.perf_counter() - t0 > sizes.nuts_limit / 3:
+                    too_slow.add((backend, where_))
+            if not got.get("cpu") or not got.get(dev):
+                continue
+            (cpu_s, latent, size, cpu_wall), (dev_s, _, _, dev_wall) = got["cpu"], got[dev]
+            platform_ = "cuda" if dev.startswith("cuda") else dev
+            row = {"backend": backend, "n": n, "latent_dim": latent, "data_size": size,
+                   "size": sampling_size(latent, size), "seconds_per_leapfrog_cpu": cpu_s,
+                   "seconds_per_leapfrog_device": dev_s, "device_over_cpu": dev_s / cpu_s,
+                   "fit_seconds_cpu": cpu_wall, "fit_seconds_device": dev_wall,
+                   "warns": cpu_likely_faster(latent, size, platform_)}  # fmt: skip
+            rows.append(row)
+            say(f"  {backend:8s} {n:8d} {row['size']:12,d} {cpu_s * 1e3:16.3f} "
+                f"{dev_s * 1e3:18.3f} {dev_s / cpu_s:10.2f}  {row['warns']}")  # fmt: skip
+    for backend in run.args.backends:
+        measured = [(r["size"], r["device_over_cpu"]) for r in rows if r["backend"] == backend]
+        if measured and dev != "cpu":
+            found = run.figures.setdefault("nuts_crossover", {})[backend] = crossover(measured)
+            say(f"  {backend}: {found} (threshold {NUTS_GPU_MIN_SIZE:,})")
+    return rows
+
+
+def crossover(measured: list[tuple[int, float]]) -> str:
+    """Where the device becomes faster than the CPU, from (size, device time / CPU time) rows:
+    the size at which the ratio crosses 1, interpolated on log scales between the rows around
+    it."""
+    measured = sorted(measured)
+    for (s0, r0), (s1, r1) in zip(measured, measured[1:], strict=False):
+        if r0 >= 1 > r1:
+            t = np.log(r0) / (np.log(r0) - np.log(r1))
+            size = np.exp(np.log(s0) + t * (np.log(s1) - np.log(s0)))
+            return f"the device is faster from a size of about {size:,.0f}"
+    if all(r < 1 for _, r in measured):
+        return f"the device is faster at every size measured (from {int(measured[0][0]):,})"
+    if all(r >= 1 for _, r in measured):
+        return f"the CPU is faster at every size measured (up to {int(measured[-1][0]):,})"
+    return "no single crossing: the device is faster at some smaller sizes than the CPU"
+
+
+# --- targets ------------------------------------------------------------------------------------
+
+
+def targets(run: Run) -> list[dict]:
+    """The speed targets of the GPU work, each with its figure (None: not measured)."""
+    out = []
+
+    def target(name, value, limit):
+        met = None if value is None else bool(value <= limit)
+        out.append({"target": name, "value": value, "limit": limit, "met": met})
+
+    vae_ = (run.figures.get("vae") or {}).get("by_batch", {})
+    pyro, numpyro = ("pyro" in run.args.backends), ("numpyro" in run.args.backends)
+    for batch, table in vae_.items():
+
+        def seconds(path, table=table):
+            return (table.get(path) or {}).get("seconds_per_epoch")
+
+        def ratio(path, table=table):
+            return (table.get(path) or {}).get("x_plain_pytorch")
+
+        trace_jit = seconds("zoo Pyro, Trace_ELBO (jit=True)")
+        meanfield = seconds('zoo Pyro, elbo="meanfield" (jit=True)')
+        if pyro:
+            target(
+                f"vae batch {batch}: Pyro meanfield (jit) / Trace_ELBO (jit)",
+                meanfield / trace_jit if meanfield and trace_jit else None,
+                1.0,
+            )
+            target(
+                f"vae batch {batch}: Pyro jit=True x plain PyTorch",
+                ratio("zoo Pyro, Trace_ELBO (jit=True)"),
+                1.2,
+            )
+        if numpyro:
+            target(
+                f"vae batch {batch}: NumPyro x plain PyTorch", ratio("zoo NumPyro, Trace_ELBO"), 0.6
+            )
+    cavi_ = (run.figures.get("cavi") or {}).get("rows", {})
+    for name, row in cavi_.items():
+        target(f"cavi N={run.sizes.cavi_n:,} {name}: x memory bound", row["x_memory_bound"], 3.0)
+    bam_ = run.figures.get("bam") or {}
+    for name, row in bam_.items():
+        if not name.endswith(" softmax") and "," not in name:
+            target(f"bam {name}: x softmax", row["x_softmax"], 1.2)
+    return out
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+RUNNERS = {
+    "environment": environment,
+    "smoke": smoke,
+    "agreement": agreement,
+    "bandwidth": bandwidth,
+    "vae": vae,
+    "cavi": cavi,
+    "bam": bam,
+    "nuts": nuts,
+}
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--vae-rows", type=int, default=5000)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", default="cuda", help='"cuda" (default), "cuda:N" or "cpu"')
+    p.add_argument("--quick", action="store_true", help="small sizes: the whole run on a CPU")
+    p.add_argument("--smoke-only", action="store_true", help="the environment and smoke fits")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, help="these sections only")
+    p.add_argument("--models", nargs="+", help="these models only (default: every registered)")
+    p.add_argument("--backends", nargs="+", default=["pyro", "numpyro"])
+    p.add_argument("--budget", type=float, default=300.0,
+                   help="seconds: no section starts after, and every check ends by, this")  # fmt: skip
+    p.add_argument("--json", help="also write every figure to this file")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
-    failures = check_closed_form(args.device) + check_vae(args.device, args.vae_rows)
-    print("FAILED: " + ", ".join(failures) if failures else "all GPU checks passed")
-    return 1 if failures else 0
+    sections = list(args.sections or SECTIONS)
+    if args.smoke_only:
+        sections = ["environment", "smoke"]
+    if "environment" not in sections:
+        sections.insert(0, "environment")
+    run = Run(args, QUICK if args.quick else FULL, argv)
+    say(f"gpu_check on {args.device}: sections {' '.join(sections)}; "
+        f"budget {args.budget:.0f} s{' (quick sizes)' if args.quick else ''}")  # fmt: skip
+    for name in sections:
+        if run.remaining() < 5:
+            run.missing(f"section {name}", "the run's time budget was spent")
+            continue
+        say(f"\n== {name} ({run.elapsed():.0f} s into the run)")
+        t0 = time.perf_counter()
+        limit = SECTION_LIMITS[name] if not args.quick else run.remaining()
+        result = run.attempt(f"section {name}", RUNNERS[name], run, limit=limit)
+        run.section_seconds[name] = time.perf_counter() - t0
+        if result is not None:
+            run.figures[name] = result
+        say(f"== {name}: {run.section_seconds[name]:.1f} s")
+        write_report(run, targets(run))  # after each section: a crash keeps what was measured
+        found = (run.figures.get("environment") or {}).get
+        if name == "environment" and not any(found(f"{b}_device") for b in args.backends):
+            say("no backend has the device: stopping here")
+            for rest in sections[sections.index(name) + 1 :]:
+                run.missing(f"section {rest}", f"no backend has device {args.device!r}")
+            break
+    goals = targets(run)
+    if goals:
+        note = "" if args.device.startswith("cuda") else f" (on {args.device}: for information)"
+        say(f"\n== targets{note}")
+        for goal in goals:
+            value = "not measured" if goal["value"] is None else f"{goal['value']:.2f}"
+            state = {None: "-", True: "met", False: "NOT met"}[goal["met"]]
+            say(f"  {goal['target']}: {value} (<= {goal['limit']}) {state}")
+    say(f"\n== not measured ({len(run.not_measured)})")
+    for line in run.not_measured or ["nothing: every figure was taken"]:
+        say(f"  {line}")
+    if run.failures:
+        say(f"\n== FAILED ({len(run.failures)})")
+        for line in run.failures:
+            say(f"  {line}")
+    else:
+        say("\n== all checks passed")
+    say(f"total {run.elapsed():.0f} s")
+    return write_report(run, goals)
+
+
+def write_report(run: Run, goals: list[dict]) -> dict:
+    """The run's report, also written to ``--json`` when given."""
+    report = {
+        "settings": vars(run.args),
+        "figures": run.figures,
+        "targets": goals,
+        "not_measured": run.not_measured,
+        "failures": run.failures,
+        "section_seconds": run.section_seconds,
+        "total_seconds": run.elapsed(),
+    }
+    if run.args.json:
+        with open(run.args.json, "w") as f:
+            json.dump(report, f, indent=2, default=_json_default)
+    return report
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(1 if main()["failures"] else 0)

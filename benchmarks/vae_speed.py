@@ -27,17 +27,18 @@ from zoo.datasets import load_binarized_mnist
 from zoo.vae.pyro_model import Decoder, Encoder
 
 
-def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed):
-    """Seconds of each epoch of a plain PyTorch VAE training loop."""
+def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed, device="cpu"):
+    """Seconds of each epoch of a plain PyTorch VAE training loop, data and networks on
+    ``device``."""
     torch.manual_seed(seed)
-    encoder, decoder = Encoder(config), Decoder(config)
+    encoder, decoder = Encoder(config).to(device), Decoder(config).to(device)
     optim = torch.optim.Adam([*encoder.parameters(), *decoder.parameters()], lr=lr, fused=True)
-    x = torch.as_tensor(x)
+    x = torch.as_tensor(x, device=device)
     n = len(x)
     times = []
     for _ in range(epochs):
         t0 = time.perf_counter()
-        order = torch.randperm(n)
+        order = torch.randperm(n, device=device)
         for i in range(n // batch_size):
             batch = x[order[i * batch_size : (i + 1) * batch_size]]
             loc, scale = encoder(batch)
@@ -56,7 +57,8 @@ def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed):
     return times
 
 
-def zoo_epochs(x, backend, batch_size, lr, epochs, seed, elbo, options, jit=False):
+def zoo_epochs(x, backend, batch_size, lr, epochs, seed, elbo, options, jit=False, device="cpu"):
+    """Seconds of each epoch of the zoo's SVI fit of the VAE on ``device``."""
     res = inference.fit(
         "vae",
         {"x": x},
@@ -69,6 +71,7 @@ def zoo_epochs(x, backend, batch_size, lr, epochs, seed, elbo, options, jit=Fals
         elbo=elbo,
         progress=False,
         jit=jit,
+        device=device,
         **options,
     )
     steps = len(x) // batch_size

@@ -128,3 +128,77 @@ def test_latency_sums_the_example_tables(tmp_path):
     (tmp_path / "table.json").write_text(json.dumps(rows))
     (tmp_path / "accuracy.json").write_text(json.dumps(rows[:1]))
     assert script["table_seconds"](tmp_path) == (2.75 + 1.0 + 2.75, 0.5 + 0.5 + 0.5)
+
+
+def test_gpu_check_quick_on_the_cpu(tmp_path):
+    """The GPU acceptance run, every section, on the CPU at its quick sizes (one backend, one
+    model for the smoke fits): each section gives its figures, the report says what it could not
+    measure, and the JSON holds the report."""
+    path = tmp_path / "gpu.json"
+    argv = ["--device", "cpu", "--quick", "--backends", "pyro", "--models", "gmm"]
+    report = run_benchmark("gpu_check", [*argv, "--json", str(path)])
+    assert report["failures"] == []
+    figures = report["figures"]
+    assert [(r["algorithm"], r["ok"]) for r in figures["smoke"]] == [("em", True), ("svi", True)]
+    assert [(r["algorithm"], r["ok"]) for r in figures["agreement"]] == [("em", True)]
+    assert positive(figures["bandwidth"]["bytes_per_s"])
+    table = figures["vae"]["by_batch"]["100"]
+    assert table["plain PyTorch loop"]["x_plain_pytorch"] == 1.0
+    assert all(positive(row["seconds_per_epoch"]) for row in table.values())
+    assert set(figures["cavi"]["rows"]) == {"pyro float64", "pyro float32"}
+    for row in figures["cavi"]["rows"].values():
+        assert positive(row["seconds_per_iteration"]) and positive(row["x_memory_bound"])
+    assert figures["bam"]["pyro softmax"]["x_softmax"] == 1.0
+    (nuts,) = figures["nuts"]
+    assert nuts["size"] == nuts["latent_dim"] * nuts["data_size"] and not nuts["warns"]
+    assert {t["met"] for t in report["targets"]} <= {True, False}
+    assert isinstance(report["not_measured"], list)
+    assert json.loads(path.read_text())["failures"] == []
+
+
+def test_gpu_check_says_what_it_could_not_measure(capsys):
+    """A device that is not there: the run stops after the environment, fails, and lists the
+    sections it did not run."""
+    report = run_benchmark("gpu_check", ["--device", "cuda:99", "--quick", "--smoke-only"])
+    assert report["failures"]
+    assert "stopping here" in capsys.readouterr().out
+    assert report["not_measured"] == ["section smoke: no backend has device 'cuda:99'"]
+
+
+def test_gpu_check_time_limits_nest():
+    """A check ends at its own limit, or at its section's if that comes first; a check cut
+    short by its own limit is listed as not measured and the section goes on."""
+    import time
+    from types import SimpleNamespace
+
+    script = runpy.run_path(str(BENCHMARKS / "gpu_check.py"), run_name="gpu_check")
+    time_limit, TimeUp = script["time_limit"], script["TimeUp"]
+
+    def spin(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        return "done"
+
+    run = script["Run"](SimpleNamespace(budget=60.0), None)
+    start = time.monotonic()
+    with time_limit(1.0):
+        assert run.attempt("a short check", spin, 0.05) == "done"
+        assert run.attempt("a long check", spin, 5.0, limit=0.2) is None
+        with pytest.raises(TimeUp):
+            with time_limit(5.0):  # the section's limit comes first
+                spin(5.0)
+    assert time.monotonic() - start < 2.0
+    assert [line.split(":")[0] for line in run.not_measured] == ["a long check"]
+
+
+def test_gpu_check_finds_where_the_device_becomes_faster():
+    """The NUTS rows' summary: the size where the device's time over the CPU's crosses 1."""
+    script = runpy.run_path(str(BENCHMARKS / "gpu_check.py"), run_name="gpu_check")
+    crossover = script["crossover"]
+    assert crossover([(10**6, 0.5), (10**4, 2.0)]) == (
+        "the device is faster from a size of about 100,000"
+    )
+    assert crossover([(10**4, 0.5)]).startswith("the device is faster at every size")
+    assert crossover([(10**4, 5.0), (10**6, 2.0)]).startswith("the CPU is faster at every size")
+    assert crossover([(10**4, 0.5), (10**6, 2.0)]).startswith("no single crossing")

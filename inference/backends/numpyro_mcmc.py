@@ -22,6 +22,8 @@ import numpy as np
 from numpyro.contrib.funsor import config_enumerate
 from numpyro.infer import NUTS, init_to_uniform, init_to_value
 
+from inference.sampler_device import count_values, warn_if_cpu_faster
+
 #: What each iteration records besides the draws: ArviZ's names for NUTS's statistics.
 STATS = ("diverging", "acceptance_rate", "step_size", "n_steps", "lp", "energy")
 
@@ -37,6 +39,8 @@ class NUTSEngine:
         init = init_to_uniform if init_sites is None else init_to_value(values=init_sites)
         self.options, self.device, self.seed = options, device, seed
         self.vectorized = options.chain_method == "vectorized"
+        self.data_size = count_values(data)
+        self.latent_dim = None  # unconstrained latent values, known once the chains start
         self.kernel = NUTS(
             bound,
             target_accept_prob=options.target_accept_prob,
@@ -56,6 +60,11 @@ class NUTSEngine:
         else:
             states = [self.kernel.init(k, num_warmup, model_args=(), model_kwargs={}) for k in keys]
         self._chunk = jax.jit(self._make_chunk())
+        one = states if self.vectorized else states[0]
+        self.latent_dim = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(one.z))
+        if self.vectorized:
+            self.latent_dim //= self.options.num_chains
+        warn_if_cpu_faster(self.latent_dim, self.data_size, self.device.platform)
         # Committed to the device as the chunk's outputs are: an uncommitted first input would
         # make the second chunk compile again.
         return jax.device_put(states, self.device)

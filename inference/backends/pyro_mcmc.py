@@ -21,6 +21,8 @@ import torch
 from pyro.infer import NUTS, config_enumerate
 from pyro.infer.autoguide.initialization import init_to_uniform, init_to_value
 
+from inference.sampler_device import count_values, warn_if_cpu_faster
+
 
 class _CountingNUTS(NUTS):
     """Pyro's NUTS, recording what each iteration did for the run's sample statistics: the
@@ -56,6 +58,8 @@ class NUTSEngine:
         self.model = config_enumerate(lambda: model(data, config))
         self.init_sites = init_sites
         self.options, self.seed, self.device = options, seed, device
+        self.data_size = count_values(data)
+        self.latent_dim = None  # unconstrained latent values, known once the chains start
 
     def _kernel(self):
         init = init_to_uniform if self.init_sites is None else init_to_value(values=self.init_sites)
@@ -92,6 +96,8 @@ class NUTSEngine:
                 chain["kernel"].setup(self.options.num_warmup)
                 chain["params"] = chain["kernel"].initial_params
             chains.append(chain)
+        self.latent_dim = sum(int(value.numel()) for value in chains[0]["params"].values())
+        warn_if_cpu_faster(self.latent_dim, self.data_size, self.device.type)
         return chains
 
     def _iteration(self, kernel, params):

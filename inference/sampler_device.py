@@ -1,0 +1,73 @@
+"""Whether a sampler runs on the right device: NUTS of a small model on a GPU warns.
+
+A NUTS iteration is a trajectory of leapfrog steps taken one after another, each one gradient
+of the log density. On a GPU every gradient is a sequence of kernels, and while they hold few
+values each one costs about its launch, whatever the model: a small model samples faster on the
+CPU. A fit on a GPU whose size (latent dimension x data size, :func:`sampling_size`) is below
+:data:`NUTS_GPU_MIN_SIZE` warns with :class:`CPUFasterWarning` and goes on.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+#: NUTS on a GPU warns below this latent dimension x data size: the number of unconstrained
+#: latent values (discrete sites summed out do not count) times the number of data values.
+# Where the figure comes from: an estimate to be replaced by a measurement. The figure at hand:
+# Pyro's NUTS on an NVIDIA H200 took 278 s for one chain of 30 warm-up iterations and 30 draws
+# on the Bayesian GMM (K=3) with 300 two-dimensional points, a size of about 17 x 600 = 1e4,
+# where the CPU takes seconds. A gradient on the GPU costs about the same until its kernels
+# hold 1e6 to 1e7 values each; the threshold is put three orders of magnitude above that
+# figure, where the work of one gradient on the CPU is of the order of a GPU gradient's launch
+# costs. `python benchmarks/gpu_check.py` calibrates it: its NUTS rows time a leapfrog step on
+# the GPU and on the CPU at several sizes, both backends, and print each row's size.
+NUTS_GPU_MIN_SIZE = 10_000_000
+
+#: Device platforms that count as a GPU: torch's device type, JAX's platform names.
+GPU_PLATFORMS = ("cuda", "gpu", "rocm")
+
+
+class CPUFasterWarning(UserWarning):
+    """A sampler runs on a GPU where the CPU is likely faster (a small model: see
+    :data:`NUTS_GPU_MIN_SIZE`). Fit with ``device="cpu"``, or silence the warning with
+    ``warnings.filterwarnings("ignore", category=CPUFasterWarning)``."""
+
+
+def sampling_size(latent_dim: int, data_size: int) -> int:
+    """What the rule compares with :data:`NUTS_GPU_MIN_SIZE`: latent dimension x data size."""
+    return int(latent_dim) * int(data_size)
+
+
+def cpu_likely_faster(latent_dim: int, data_size: int, platform: str) -> bool:
+    """Whether NUTS on a device of ``platform`` (``"cpu"``, ``"cuda"``, ``"gpu"``, ...) is
+    likely slower than on the CPU: a GPU, and a size below :data:`NUTS_GPU_MIN_SIZE`.
+
+    >>> cpu_likely_faster(17, 600, "cuda"), cpu_likely_faster(17, 600, "cpu")
+    (True, False)
+    >>> cpu_likely_faster(2_000, 1_000_000, "gpu")
+    False
+    """
+    return platform in GPU_PLATFORMS and sampling_size(latent_dim, data_size) < NUTS_GPU_MIN_SIZE
+
+
+def count_values(data: dict) -> int:
+    """The number of values in a dict of arrays (numpy, torch or JAX)."""
+    return sum(int(np.prod(np.shape(value))) for value in data.values())
+
+
+def warn_if_cpu_faster(latent_dim: int, data_size: int, platform: str) -> bool:
+    """Warn (:class:`CPUFasterWarning`) when :func:`cpu_likely_faster`; returns whether it
+    warned."""
+    if not cpu_likely_faster(latent_dim, data_size, platform):
+        return False
+    warnings.warn(
+        f"NUTS on a GPU ({platform}) for a small model: {latent_dim} latent values x "
+        f"{data_size} data values = {sampling_size(latent_dim, data_size):,}, below "
+        f"{NUTS_GPU_MIN_SIZE:,}. Each leapfrog step is many small GPU kernels whose launches "
+        'dominate: device="cpu" is likely faster.',
+        CPUFasterWarning,
+        stacklevel=4,
+    )
+    return True
