@@ -307,3 +307,24 @@ def test_pyro_jit_trains_reproducibly_and_refuses_what_it_cannot_compile(digits)
     gmm = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 50)
     with pytest.raises(ValueError, match="jit= is an option of algorithm 'svi'"):
         inference.fit("bayesian_gmm", gmm, "cavi", "pyro", jit=True, progress=False)
+
+
+def test_pyro_meanfield_jit_compiles_each_graph_once_and_computes_the_uncompiled_fit(
+    digits, monkeypatch
+):
+    """Pyro's JitTraceMeanField_ELBO traced a new graph at every step (and drew the random
+    numbers three times a step); the zoo's compiles each minibatch size once, and in float64
+    takes the uncompiled fit's steps bit for bit."""
+    import torch
+
+    traced = []
+    trace = torch.jit.trace
+    monkeypatch.setattr(torch.jit, "trace", lambda *a, **k: traced.append(1) or trace(*a, **k))
+    short = dict(num_steps=12, batch_size=250, lr=3e-3, progress=False, seed=2, **SMALL)
+    short.update(dtype="float64", elbo="meanfield")  # 600 rows: batches of 250, one graph
+    compiled = inference.fit("vae", {"x": digits}, "svi", "pyro", jit=True, **short)
+    assert len(traced) == 1
+    plain = inference.fit("vae", {"x": digits}, "svi", "pyro", **short)
+    np.testing.assert_array_equal(compiled.history["objective"], plain.history["objective"])
+    for name, value in plain.raw_params.items():
+        np.testing.assert_array_equal(compiled.raw_params[name], value, err_msg=name)

@@ -73,4 +73,21 @@ class MeanFieldELBO(_LazyScores, TraceMeanField_ELBO):
 
 
 class JitMeanFieldELBO(_LazyScores, JitTraceMeanField_ELBO):
-    """``JitTraceMeanField_ELBO`` that scores only the sites it uses (see the module)."""
+    """``JitTraceMeanField_ELBO`` that scores only the sites it uses (see the module), compiled
+    once per model and guide.
+
+    Pyro's ``differentiable_loss`` asks whether it has compiled under another attribute's name
+    (``_loss_and_surrogate_loss``) than the one it sets (``_differentiable_loss``), so it builds
+    and traces a new graph at every step: slower than not compiling, and drawing the model's
+    random numbers three times a step. Here the graph it built is kept and called again.
+    """
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        compiled_for = (id(model), id(guide))
+        if getattr(self, "_compiled_for", None) != compiled_for:
+            # Pyro builds a new compiled function closed over this model and guide.
+            loss = super().differentiable_loss(model, guide, *args, **kwargs)
+            self._compiled_for = compiled_for
+            return loss
+        kwargs["_pyro_model_id"], kwargs["_pyro_guide_id"] = compiled_for
+        return self._differentiable_loss(*args, **kwargs)
