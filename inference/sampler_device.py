@@ -15,15 +15,13 @@ import numpy as np
 
 #: NUTS on a GPU warns below this latent dimension x data size: the number of unconstrained
 #: latent values (discrete sites summed out do not count) times the number of data values.
-# Where the figure comes from: an estimate to be replaced by a measurement. The figure at hand:
-# Pyro's NUTS on an NVIDIA H200 took 278 s for one chain of 30 warm-up iterations and 30 draws
-# on the Bayesian GMM (K=3) with 300 two-dimensional points, a size of about 17 x 600 = 1e4,
-# where the CPU takes seconds. A gradient on the GPU costs about the same until its kernels
-# hold 1e6 to 1e7 values each; the threshold is put three orders of magnitude above that
-# figure, where the work of one gradient on the CPU is of the order of a GPU gradient's launch
-# costs. `python benchmarks/gpu_check.py` calibrates it: its NUTS rows time a leapfrog step on
-# the GPU and on the CPU at several sizes, both backends, and print each row's size.
-NUTS_GPU_MIN_SIZE = 10_000_000
+# Where the figure comes from: `python benchmarks/gpu_check.py` on an NVIDIA H200 (2026-11-26,
+# docs/results/gpu.md) timed a leapfrog step of the Bayesian GMM (K=3) on the GPU and on the CPU.
+# Pyro: the GPU was 1.8x to 2.0x slower at sizes 10,800 and 360,000 and 1.7x faster at
+# 10,800,000, crossing over at about 2.2 to 2.4 million in two runs. NumPyro: the CPU was 9x to
+# 11x faster at 10,800; larger sizes were not measured on its CPU side. The threshold sits just
+# above the measured crossover.
+NUTS_GPU_MIN_SIZE = 2_500_000
 
 #: Device platforms that count as a GPU: torch's device type, JAX's platform names.
 GPU_PLATFORMS = ("cuda", "gpu", "rocm")
