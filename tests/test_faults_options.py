@@ -559,3 +559,29 @@ def test_bad_held_out_data_is_named_as_the_caller_named_it(bad, message, where):
     with pytest.raises((ValueError, TypeError), match=message) as err:
         run()
     assert str(err.value).startswith(where) or f"takes {where} keys" in str(err.value)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+@pytest.mark.parametrize("model, algorithm", [("gmm", "em"), ("bayesian_gmm", "cavi")])
+def test_features_that_cannot_fit_in_memory_are_refused_with_the_figure(
+    monkeypatch, backend, model, algorithm
+):
+    from zoo import quadratic_features
+
+    monkeypatch.setattr(quadratic_features, "physical_memory", lambda: 2**19)  # 512 KiB
+    x = np.random.default_rng(0).normal(size=(200, 30))  # 200 x 496 features: 0.8 MB
+    with pytest.raises(ValueError, match=r"200 points in 30 dimensions holds 0\.0 GiB.*0\.0 GiB"):
+        inference.fit(model, {"x": x}, algorithm, backend, K=2, num_steps=2, progress=False)
+
+
+def test_high_dimensional_mixtures_need_no_fourth_power_of_memory():
+    """The symmetric matrices are gathered from the triangle's features, not multiplied by a
+    (D (D + 1) / 2, D^2) map: D = 120 needed 836 MB for it, D = 1,000 3.6 TiB."""
+    import torch
+
+    from zoo import quadratic_features
+    from zoo.array_namespace import TorchOps
+
+    x = torch.as_tensor(np.random.default_rng(0).normal(size=(5, 120)))
+    cache = quadratic_features.quadratic_cache(x, TorchOps())
+    assert sum(np.asarray(v).nbytes for v in cache.values() if hasattr(v, "nbytes")) < 20e6

@@ -8,7 +8,31 @@ responsibility-weighted Gaussian fit are ``resp.T @ phi``. Written against an ar
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes, where the OS says (None elsewhere)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_size(n: int, d: int, itemsize: int) -> None:
+    """Refuse features that could not fit in this machine's memory, before allocating them:
+    N x (1 + D + D (D + 1) / 2) numbers, which grows as D squared."""
+    needed = n * (1 + d + d * (d + 1) // 2) * itemsize
+    memory = physical_memory()
+    if memory is not None and needed > memory:
+        raise ValueError(
+            f"A Gaussian mixture with full covariances on {n:,} points in {d:,} dimensions holds "
+            f"{needed / 2**30:,.1f} GiB of quadratic features (N x D (D + 1) / 2 numbers), more "
+            f"than this machine's {memory / 2**30:,.1f} GiB of memory. Reduce the dimension (for "
+            "example with PCA) or the number of points."
+        )
 
 
 def quadratic_cache(x, xp, shift=None) -> dict:
@@ -17,22 +41,23 @@ def quadratic_cache(x, xp, shift=None) -> dict:
     The centre is the mean of ``x`` unless ``shift`` fixes it (minibatches share one centre).
     """
     n, d = x.shape
+    check_size(n, d, getattr(x.dtype, "itemsize", 8))
     if shift is None:
         shift = xp.sum(x, axis=0) / n  # centring keeps E[x x^T] - m m^T well conditioned
     xc = x - shift
     rows, cols = np.triu_indices(d)
     quad = xc[:, rows] * xc[:, cols]
     features = xp.concatenate([xp.ones((n, 1), like=x), xc, quad], axis=1)
-    # (P, D*D) 0/1 map that scatters the upper triangle back into a symmetric matrix.
-    untriu = np.zeros((len(rows), d * d))
-    untriu[np.arange(len(rows)), rows * d + cols] = 1.0
-    untriu[np.arange(len(rows)), cols * d + rows] = 1.0
+    # For each entry (i, j) of a D x D matrix, the feature of the upper triangle that holds it:
+    # a gather that makes the symmetric matrix (a dense 0/1 map would hold D^4 / 2 numbers).
+    triangle = np.zeros((d, d), dtype=np.int64)
+    triangle[rows, cols] = triangle[cols, rows] = np.arange(len(rows))
     # Off-diagonal entries appear once in the features but twice in x^T A x.
     multiplicity = np.where(rows == cols, 1.0, 2.0)
     return {
         "features": xp.layout_features(features),
         "shift": shift,
-        "untriu": xp.asarray(untriu, like=x),
+        "triangle": triangle.ravel(),
         "tri_rows": rows,
         "tri_cols": cols,
         "multiplicity": xp.asarray(multiplicity, like=x),
@@ -51,7 +76,7 @@ def statistics_from_sums(stats, cache) -> dict:
     """The named statistics of the (K, F) sums ``resp.T @ phi`` (or any weighted sum of them)."""
     d = cache["shift"].shape[0]
     k = stats.shape[0]
-    sum_xx = (stats[:, 1 + d :] @ cache["untriu"]).reshape(k, d, d)
+    sum_xx = stats[:, 1 + d :][:, cache["triangle"]].reshape(k, d, d)
     return {"raw": stats, "nk": stats[:, 0], "sum_x": stats[:, 1 : 1 + d], "sum_xx": sum_xx}
 
 
