@@ -27,6 +27,9 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # A copy of MathJax in the built site (mathjax_path points at it), so that formulas render
+    # without a network; the package ships MathJax's files.
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
