@@ -185,3 +185,38 @@ def test_examples(path, request, monkeypatch):
     for test in tests:
         failed += runner.run(test, out=report.append, clear_globs=True).failed
     assert not failed, "".join(report)
+
+
+def test_the_generated_pages_are_the_same_whatever_plugins_are_installed(monkeypatch):
+    """A model or algorithm from outside the zoo has no page in the site: the tables and lists
+    that the site generates name the zoo's own only, so the build links to no missing page."""
+    import dataclasses
+    import sys
+
+    import inference
+    import zoo
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "docs" / "_ext"))
+    import zoo_reference
+
+    before = {
+        "models": zoo_reference.models_table(),
+        "algorithms": zoo_reference.algorithms_table(),
+        "page": zoo_reference.model_page("gmm"),
+    }
+    spec = zoo.get_model("gmm")
+    plugin = dataclasses.replace(
+        spec, name="plugin_mixture", backends={b: "plugin_pkg.model" for b in spec.backends}
+    )
+    zoo.register(plugin, check=False)
+    em = type(inference.get_algorithm("em"))
+    inference.register_algorithm(type("PluginEM", (em,), {"name": "plugin-em"}))
+    try:
+        assert zoo_reference.models_table() == before["models"]
+        assert zoo_reference.algorithms_table() == before["algorithms"]
+        assert zoo_reference.model_page("gmm") == before["page"]
+        assert "plugin" not in zoo_reference.algorithm_page("em")
+    finally:
+        zoo.unregister("plugin_mixture")
+        inference.unregister_algorithm("plugin-em")
+        sys.modules.pop("zoo_reference", None)

@@ -24,7 +24,7 @@ from sphinx.util import logging
 import inference
 import zoo
 from inference.api import model_options
-from inference.registry import supporting
+from inference.registry import algorithm_source, supporting
 
 logger = logging.getLogger(__name__)
 OUT = Path(__file__).resolve().parents[1] / "_generated"
@@ -83,7 +83,7 @@ def model_page(name: str) -> str:
     else:
         lines.append("None.")
     lines += ["", "**Algorithms**:", ""]
-    for alg_name in inference.list_algorithms():
+    for alg_name in documented_algorithms():
         why = inference.get_algorithm(alg_name).unsupported(spec)
         link = f"[`{alg_name}`](/algorithms/{alg_name}.md)"
         lines.append(f"- {link}: " + ("fits it." if why is None else f"not this model: {why}"))
@@ -127,18 +127,28 @@ def algorithm_page(name: str) -> str:
     else:
         lines.append("None: the run options of `fit` (`num_steps`, `tol`, `seed`, ...) only.")
     lines += ["", "**Models it fits**:", ""]
-    for model in zoo.list_models():
+    for model in documented_models():
         why = alg.unsupported(zoo.get_model(model, check=False))
         link = f"[`{model}`](/models/{model}.md)"
         lines.append(f"- {link}" + ("" if why is None else f": no. {why}"))
     return "\n".join(lines) + "\n"
 
 
+def documented_models() -> list[str]:
+    """The zoo's own models: the site is the same whatever plugins are installed beside it."""
+    return [m for m in zoo.list_models() if zoo.get_model(m, check=False).built_in]
+
+
+def documented_algorithms() -> list[str]:
+    """The zoo's own algorithms, for the same reason."""
+    return [a for a in inference.list_algorithms() if algorithm_source(a) == "built-in"]
+
+
 def models_table() -> str:
     lines = ["| model | what | algorithms | SVI guides |", "|---|---|---|---|"]
-    for name in zoo.list_models():
+    for name in documented_models():
         spec = zoo.get_model(name, check=False)
-        algs = supporting(spec)
+        algs = [a for a in supporting(spec) if a in documented_algorithms()]
         lines.append(
             f"| [`{name}`](/models/{name}.md) | {_cell(spec.description)} | "
             + ", ".join(f"`{a}`" for a in algs)
@@ -151,7 +161,7 @@ def models_table() -> str:
 
 def algorithms_table() -> str:
     lines = ["| algorithm | objective | estimate | stochastic | options |", "|---|---|---|---|---|"]
-    for name in inference.list_algorithms():
+    for name in documented_algorithms():
         alg = inference.get_algorithm(name)
         t = alg.traits
         options = ", ".join(f"`{o}`" for o in alg.option_names()) or "none"
@@ -165,8 +175,8 @@ def algorithms_table() -> str:
 def write_generated(app=None) -> None:
     OUT.mkdir(exist_ok=True)
     files = {"models-table.md": models_table(), "algorithms-table.md": algorithms_table()}
-    files.update({f"model-{m}.md": model_page(m) for m in zoo.list_models()})
-    files.update({f"algorithm-{a}.md": algorithm_page(a) for a in inference.list_algorithms()})
+    files.update({f"model-{m}.md": model_page(m) for m in documented_models()})
+    files.update({f"algorithm-{a}.md": algorithm_page(a) for a in documented_algorithms()})
     for name, text in files.items():
         path = OUT / name
         if not path.exists() or path.read_text() != text:  # unchanged files keep their time
