@@ -12,6 +12,7 @@ from inference.backends import get_backend
 from inference.checkpoint import CheckpointError
 from inference.checkpoint_guard import CheckpointInUseError
 from inference.compare import compare
+from inference.convergence import ConvergenceWarning
 from inference.loop import NonFiniteObjectiveError
 from inference.registry import (
     get_algorithm,
@@ -28,6 +29,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointInUseError",
     "ConcurrentFitError",
+    "ConvergenceWarning",
     "DataError",
     "FitResult",
     "Info",

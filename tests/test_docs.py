@@ -32,6 +32,7 @@ OBJECTS = [
     "inference:CheckpointInUseError",
     "inference:ConcurrentFitError",
     "inference:NonFiniteObjectiveError",
+    "inference:ConvergenceWarning",
     "inference:DataError",
     "inference:StreamEndedError",
     # the model registry
