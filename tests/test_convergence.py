@@ -113,3 +113,23 @@ def test_svi_at_its_defaults_reaches_cavis_elbo(blobs):
     assert res.converged and not caught
     elbo = enumerated_elbo(res, blobs, num_particles=100) / len(blobs["x"])
     assert elbo > cavi.objective_per_point - 0.002, (elbo, cavi.objective_per_point)
+
+
+def test_nuts_problems_read_arvizs_thresholds():
+    import pandas as pd
+
+    good = pd.DataFrame({"r_hat": [1.0, 1.005], "ess_bulk": [900.0, 450.0]}, index=["a", "b"])
+    assert convergence.nuts_problems(good, divergences=0, num_chains=4) == []
+    bad = pd.DataFrame({"r_hat": [1.0, 1.2], "ess_bulk": [900.0, 150.0]}, index=["a", "b"])
+    problems = convergence.nuts_problems(bad, divergences=3, num_chains=4)
+    assert len(problems) == 3 and "at b" in problems[0] and "400" in problems[1]
+    assert "3 divergent" in problems[2]
+
+
+def test_a_short_nuts_run_warns(blobs):
+    res, caught = _fit_quietly(
+        "bayesian_gmm", blobs, "nuts", "numpyro", K=2, num_chains=2, num_warmup=10,
+        num_draws=10, max_tree_depth=3,
+    )  # fmt: skip
+    assert len(caught) == 1 and "bulk ESS" in str(caught[0].message)
+    assert "num_warmup, num_draws" in str(caught[0].message)
