@@ -134,7 +134,12 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="a few steps of each, for tests")
     parser.add_argument("--n", type=int, default=1000, help="training points (same again held out)")
     parser.add_argument("--K", type=int, default=8, help="components of the speed comparison")
-    parser.add_argument("--svi-steps", type=int, default=3000)
+    parser.add_argument(
+        "--svi-steps",
+        type=int,
+        default=None,
+        help="SVI's step cap (default: SVI's own, with its stopping rule and decaying lr)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backends", default="pyro,numpyro", help="of CAVI, EM and SVI")
     parser.add_argument(
@@ -165,7 +170,7 @@ def main(argv=None):
     fits = dict(
         algorithms=("cavi", "em", "svi"),
         backends=tuple(args.backends.split(",")),
-        num_steps={"cavi": 500, "em": 500, "svi": args.svi_steps},
+        num_steps={"cavi": 500, "em": 500, **({"svi": args.svi_steps} if args.svi_steps else {})},
         jit=True,
     )
     os.makedirs(args.out, exist_ok=True)

@@ -13,6 +13,7 @@ from inference.backends.forking import ForkedProcessError
 from inference.checkpoint import CheckpointError
 from inference.checkpoint_guard import CheckpointInUseError
 from inference.compare import compare
+from inference.convergence import ConvergenceWarning
 from inference.loop import NonFiniteObjectiveError
 from inference.registry import (
     get_algorithm,
@@ -29,6 +30,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointInUseError",
     "ConcurrentFitError",
+    "ConvergenceWarning",
     "DataError",
     "FitResult",
     "ForkedProcessError",

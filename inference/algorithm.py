@@ -48,8 +48,12 @@ class Traits:
         It takes data not held in memory (memory-mapped arrays, streams of minibatches); its
         options then have ``batch_size``.
     num_steps, tol :
-        Its defaults: at most ``num_steps`` steps; stop when the objective per data point
-        changes by less than ``tol`` nats (None: never).
+        Its defaults: at most ``num_steps`` steps; stop when the stopping rule is met with
+        ``tol`` (None: never), ``inference.convergence``: an exact objective per data point that
+        changes by less than ``tol`` nats in a step; a stochastic one whose mean over the last
+        ``window`` steps is less than ``tol`` nats above its mean over the ``window`` before.
+    window : int
+        A stochastic objective's smoothing window, in steps (see ``tol``).
     objective : str
         What its objective is, in words (``"ELBO"``, ``"log-likelihood"``).
     must_improve : bool
@@ -67,6 +71,7 @@ class Traits:
     num_steps: int
     tol: float | None
     objective: str
+    window: int = 500
     must_improve: bool = True
     estimate: str = "posterior"
     dtype: str = "float64"
@@ -154,6 +159,12 @@ class Algorithm(ABC):
         these options (a sampler's steps are fixed by its warm-up and sample counts)."""
         return None
 
+    def rule_start(self, state) -> int:
+        """The step from which the stopping rule may end a run from ``state`` (SVI: the start
+        of the learning rate's last stage; before it, a plateau is the noise floor of a larger
+        rate, not the optimum)."""
+        return 0
+
     def short_run(self, num_steps: int) -> dict:
         """The ``fit`` arguments of a short run of about ``num_steps`` steps (the conformance
         suite's)."""
@@ -226,6 +237,11 @@ class Algorithm(ABC):
         """Whether this process writes checkpoints and shows progress (the first process of a
         data-parallel group)."""
         return True
+
+    def diagnose(self, result) -> list[str]:
+        """What fails in a sampler's convergence diagnostics of ``result``, each in a phrase
+        (``fit`` warns with them); empty when all pass, and for algorithms that draw nothing."""
+        return []
 
     def posterior_family(self, result) -> str | None:
         """The name of the fitted posterior's family for the model's ``sample_posterior``."""

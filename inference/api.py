@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from inference import streaming
+from inference import convergence, streaming
 from inference.algorithm import Problem
 from inference.backends import get_backend
 from inference.checkpoint_guard import check_path, exclusive
@@ -225,8 +225,13 @@ def fit(
     seed : int
         Seeds every random choice of the run (initialisation, Monte-Carlo draws).
     num_steps, tol :
-        At most ``num_steps`` steps; stop early when the objective per data point changes by less
-        than ``tol`` nats. Defaults: the algorithm's (``traits``).
+        At most ``num_steps`` steps; stop early when the algorithm's stopping rule is met with
+        ``tol`` nats per data point (``inference.convergence``: an exact objective that changes
+        by less than ``tol`` in a step; a noisy one whose mean over a window of steps rises by
+        less than ``tol``). ``tol=0`` runs exactly ``num_steps`` steps. Defaults: the model's
+        (``ModelSpec.algorithm_defaults``), else the algorithm's (``traits``). A run that uses
+        all of its steps without meeting its rule warns with
+        :class:`~inference.ConvergenceWarning` and has ``converged=False``.
     init : {"kmeans", "random", "random_from_data"}, array of shape (n_samples, K), or dict of arrays, optional
         For mixtures, the initial responsibilities every algorithm starts from (default
         ``"kmeans"``). For SVI, a dict of parameter arrays (e.g. another fit's ``raw_params``,
@@ -354,15 +359,17 @@ def fit(
             f"minibatch algorithm, one of {minibatch}; got {algorithm!r}."
         )
     own, model_opts = split_options(alg, spec, options)
-    opts = alg.options(own)
+    given_opts = alg.options(own)
     for name in own:
-        reason = alg.ignores(spec, back.NAME, opts, name)
+        reason = alg.ignores(spec, back.NAME, given_opts, name)
         if reason:
             raise ValueError(reason)
+    declared = declared_defaults(alg, spec, own, num_steps, tol)
+    opts = alg.options({**declared["options"], **own})
     alg.check_length(opts, num_steps, tol)
     if num_steps is None:
-        num_steps = alg.default_num_steps(opts)
-    tol = alg.traits.tol if tol is None else tol
+        num_steps = declared["num_steps"] or alg.default_num_steps(opts)
+    tol = declared["tol"] if tol is None else tol
     if checkpoint_every is not None and checkpoint is None:
         raise ValueError("checkpoint_every= needs checkpoint=PATH, the file to write.")
     checkpoint_every = 100 if checkpoint_every is None else checkpoint_every
@@ -511,7 +518,63 @@ def fit(
         )
     result = make_result(state, history, converged)
     result.timing["wall"] = time.perf_counter() - started
+    _warn_unconverged(alg, spec, back.NAME, result, num_steps, tol)
     return result
+
+
+def declared_defaults(alg, spec, given: dict, num_steps, tol) -> dict:
+    """What a fit of ``spec`` by ``alg`` uses where the caller gave nothing: the defaults the
+    model declares for the algorithm (``ModelSpec.algorithm_defaults``: a network wants a
+    smaller learning rate than a mixture), else the algorithm's own. Returns ``{"options":
+    the declared options the caller did not give, "num_steps": a declared step budget or None,
+    "tol": the tolerance}``; what the caller gave is never replaced."""
+    declared = dict(spec.algorithm_defaults.get(alg.name, {}))
+    unknown = sorted(set(declared) - {*alg.option_names(), "num_steps", "tol"})
+    if unknown:
+        raise ValueError(
+            f"Model {spec.name!r} declares defaults {unknown} for algorithm {alg.name!r}, which "
+            f"takes {sorted({*alg.option_names(), 'num_steps', 'tol'})}."
+        )
+    return {
+        "options": {
+            k: v for k, v in declared.items() if k not in given and k not in ("num_steps", "tol")
+        },
+        "num_steps": declared.get("num_steps") if num_steps is None else None,
+        "tol": declared.get("tol", alg.traits.tol) if tol is None else tol,
+    }
+
+
+def _warn_unconverged(alg, spec, backend: str, result, num_steps: int, tol) -> None:
+    """A :class:`~inference.convergence.ConvergenceWarning` for a run that used all of its
+    ``num_steps`` without meeting its stopping rule (none for ``tol`` None or 0: a fixed number
+    of steps was asked for), and for a sampler whose draws fail their diagnostics."""
+    run_name = f"{alg.name} on {spec.name!r} ({backend}" + (
+        f", guide {result.guide!r})" if result.guide else ")"
+    )
+    if alg.traits.estimate == "draws":
+        problems = alg.diagnose(result)
+        if problems:
+            warnings.warn(
+                f"{run_name}: the chains have not converged: {'; '.join(problems)}. Run more "
+                "warm-up and draws (num_warmup, num_draws), more chains, or raise "
+                "target_accept_prob against divergences.",
+                convergence.ConvergenceWarning,
+                stacklevel=4,
+            )
+        return
+    ran_out = result.num_steps >= num_steps
+    if result.converged or not tol or not ran_out:
+        return
+    advice = (
+        "Raise num_steps, or lower the learning rate (lr), or raise tol."
+        if alg.traits.stochastic
+        else "Raise num_steps or tol."
+    )
+    warnings.warn(
+        convergence.unconverged_message(run_name, num_steps, tol, alg.traits.stochastic, advice),
+        convergence.ConvergenceWarning,
+        stacklevel=4,
+    )
 
 
 def _validation(spec, alg, problem, state, make_result, validation_data, every, patience):

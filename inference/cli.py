@@ -70,6 +70,16 @@ def _num_steps(text: str) -> int:
     return value
 
 
+def _tol(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0; got {text!r}.") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number in the range [0, inf); got {text}.")
+    return value
+
+
 def _algorithm(text: str) -> str:
     try:
         get_algorithm(text)
@@ -221,6 +231,14 @@ def _parser() -> argparse.ArgumentParser:
                 "--guide",
                 help="the guide of a gradient-based algorithm (svi): one of the model's, as "
                 "`zoo list` shows (default: the model's first)",
+            )
+            p.add_argument(
+                "--tol",
+                type=_tol,
+                metavar="TOL",
+                help="the stopping rule's tolerance, in nats per data point; 0 runs exactly "
+                "--num-steps steps without a convergence warning (default: the algorithm's or "
+                "the model's own)",
             )
             p.add_argument(
                 "--device",
@@ -377,6 +395,7 @@ def _fit(args, spec, options) -> int:
         device=args.device,
         seed=args.seed,
         num_steps=args.num_steps,
+        tol=args.tol,
         progress=not args.json,
         **options,
     )

@@ -65,6 +65,7 @@ class Comparison:
         ("objective_per_point", "{:.4f}"),
         ("heldout_log_pred_per_point", "{:.4f}"),
         ("steps", "{}"),
+        ("converged", "{}"),
         ("setup_s", "{:.3f}"),
         ("wall_time_s", "{:.3f}"),
         ("first_step_s", "{:.3f}"),
@@ -121,8 +122,8 @@ class Comparison:
         >>> table = inference.compare("gmm", data, algorithms=["em"], backends=["pyro"], K=2)
         >>> print(table.to_markdown())  # doctest: +ELLIPSIS
         | model | algorithm | guide | backend | seed | objective_per_point | ...
-        |---|---|---|---|---|---|---|---|---|---|---|---|---|
-        | gmm | em | - | pyro | 0 | -4.7132 | -4.7132 | 8 | ...
+        |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+        | gmm | em | - | pyro | 0 | -4.7132 | -4.7132 | 8 | True | ...
         """
         names = [c for c, _ in self.columns]
         lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
@@ -363,7 +364,7 @@ def compare(
     array([0.17, 0.83])
     >>> print(table)  # doctest: +ELLIPSIS
     | model | algorithm | guide | backend | seed | objective_per_point | ...
-    |---|---|---|---|---|---|---|---|---|---|---|---|---|
+    |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
     | bayesian_gmm | cavi | - | pyro | 0 | -4.7012 | ...
     | gmm | em | - | pyro | 0 | -4.7132 | ...
     """

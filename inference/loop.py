@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference import checkpoint
+from inference import checkpoint, convergence
 from inference.backends import tree_codec
 from inference.streaming import DataError
 
@@ -274,9 +274,10 @@ def run(
     write_checkpoints: bool = True,
     advice: str = DEFAULT_ADVICE,
 ):
-    """Step ``alg`` from ``state`` until ``num_steps``, until the objective per data point
-    changes by less than ``tol``, or until ``validation`` (``inference.validation``) stops early.
-    Returns ``(state, history, converged)``.
+    """Step ``alg`` from ``state`` until ``num_steps``, until its stopping rule is met with
+    ``tol`` (``inference.convergence``: an exact objective that changes by less than ``tol`` nats
+    per data point, a noisy one whose smoothed mean does), or until ``validation``
+    (``inference.validation``) stops early. Returns ``(state, history, converged)``.
 
     ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt, a bad
     minibatch (``inference.streaming.DataError``) or a failed step (``OSError``,
@@ -302,7 +303,6 @@ def run(
     elapsed0 = history["time"][-1] if history["time"] else 0.0
     t0 = time.perf_counter() - elapsed0
     converged = stopped == "converged"
-    previous = history["objective"][-1] if history["objective"] else None
     step = start_step
     bar = tqdm(total=num_steps, initial=start_step, disable=not progress, desc=alg.name)
 
@@ -372,10 +372,8 @@ def run(
                 )
                 if stop:
                     stopped = "early_stopping"
-                elif (
-                    tol is not None
-                    and previous is not None
-                    and abs(objective - previous) < tol * num_data
+                elif convergence.converged(
+                    alg, history["objective"], tol, num_data, alg.rule_start(state)
                 ):
                     stopped, converged = "converged", True
                 if callback is not None:
@@ -386,7 +384,6 @@ def run(
                     raise KeyboardInterrupt
                 if stopped:
                     break
-                previous = objective
     except (KeyboardInterrupt, DataError, OSError, RuntimeError):
         # An interrupt, a bad minibatch or a stream that ended, a lost worker: the last completed
         # step is saved, and resume=True continues from it.

@@ -25,11 +25,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from inference import convergence
 from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
 from inference.closed_form import start_values
 
@@ -276,6 +278,20 @@ class NUTSAlgorithm(Algorithm):
 
     def posterior_family(self, result) -> str | None:
         return None
+
+    def diagnose(self, result) -> list[str]:
+        """ArviZ's diagnostics of the draws (``az.summary``): r-hat above 1.01, bulk ESS below
+        100 per chain, divergences after warm-up (``inference.convergence.nuts_problems``)."""
+        if not result.draws:
+            return []
+        import arviz as az
+
+        with warnings.catch_warnings():  # r-hat of one chain, ESS of a constant: NaN, said here
+            warnings.simplefilter("ignore")
+            summary = az.summary(result.to_arviz(), kind="diagnostics")
+        divergences = int(np.sum(result.sample_stats.get("diverging", 0)))
+        num_chains = next(iter(result.draws.values())).shape[0]
+        return convergence.nuts_problems(summary, divergences, num_chains)
 
     def state_dict(self, state: NUTSState) -> tuple[dict, dict[str, np.ndarray]]:
         why = self.unsaveable(state)

@@ -48,7 +48,9 @@ class FitResult:
         objective at every step (``res.history[0]`` is a ``KeyError``). With validation data
         also ``validation``, the held-out per-point ELBO at each evaluation.
     converged : bool
-        Whether the run stopped because the objective per point changed by less than ``tol``.
+        Whether the run stopped because it met its stopping rule with ``tol``
+        (``inference.convergence``); a run that used all of its ``num_steps`` without meeting it
+        is False and warned with :class:`~inference.ConvergenceWarning`. False for a sampler.
     timing : dict of str to float
         Seconds: ``total`` (the steps), ``per_step`` (the median step), ``first_step`` (with
         its compilation), ``setup`` (from the call to the first step) and, from
@@ -392,7 +394,7 @@ class FitResult:
 
         Examples
         --------
-        A small VAE, fitted for a few SVI steps:
+        A small VAE, fitted for a few SVI steps (at the model's learning rate, 1e-3):
 
         >>> import numpy as np
         >>> import inference, zoo
@@ -405,7 +407,7 @@ class FitResult:
         >>> elbo.shape, bool(np.all(np.isfinite(elbo)))
         ((3,), True)
         >>> elbo.round(1), log_p.round(1)
-        (array([-30.2, -34.2, -25.2]), array([-29.8, -34.1, -25.2]))
+        (array([-44.1, -43.7, -43.5]), array([-43.9, -43.5, -43.5]))
         """
         self._check_guide("elbo")
         data = _as_dict(get_model(self.model), x)

@@ -33,6 +33,7 @@ OBJECTS = [
     "inference:ConcurrentFitError",
     "inference:ForkedProcessError",
     "inference:NonFiniteObjectiveError",
+    "inference:ConvergenceWarning",
     "inference:DataError",
     "inference:StreamEndedError",
     # the model registry

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,25 @@ def test_every_algorithm_recovers_the_closed_form_posterior(
     )
     kl = _kl_gaussians(res.params["coef_mean"], res.params["coef_covariance"], mean, cov)
     assert kl < 0.3, (kl, res.params, mean, cov)
+
+
+def test_svi_at_its_defaults_reaches_the_exact_posterior(plugin, regression_data):
+    """No learning rate, no step count, no tolerance: SVI's defaults (a decaying learning rate
+    and a stopping rule on the smoothed ELBO) bring the Gaussian guide within 0.2 posterior sd
+    of the exact posterior's mean, and its sds within 20%, and say the run converged. NumPyro
+    only, for speed (the run takes about 10,000 steps)."""
+    from zoo_linear_regression.posterior import exact_posterior
+
+    data = regression_data
+    mean, cov = exact_posterior(data, plugin.prepare(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", inference.ConvergenceWarning)
+        res = inference.fit(MODEL, data, "svi", "numpyro", guide="full_rank", progress=False)
+    sd = np.sqrt(np.diag(cov))
+    assert res.converged
+    assert np.max(np.abs(res.params["coef_mean"] - mean) / sd) < 0.2, (res.params, mean, sd)
+    fitted_sd = np.sqrt(np.diag(res.params["coef_covariance"]))
+    np.testing.assert_allclose(fitted_sd, sd, rtol=0.2)
 
 
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])

@@ -120,6 +120,7 @@ CASES = [
     ("negative --num-steps", [*FIT, "--num-steps", "-3"], "--num-steps", True),
     ("zero --num-steps", [*FIT, "--num-steps", "0"], "--num-steps", True),
     ("fractional --num-steps", [*FIT, "--num-steps", "1.5"], "--num-steps", True),
+    ("negative --tol", [*FIT, "--tol", "-1"], "--tol", True),
     ("missing data file", [*FIT, "--data", "missing.npy"], "'missing.npy'", True),
     ("data is a folder", [*FIT, "--data", "out"], "'out'", True),
     ("text file named .npy", [*FIT, "--data", "text.npy"], "'text.npy' is not a .npy", True),
@@ -190,6 +191,7 @@ def test_help_documents_every_flag(capsys, monkeypatch):
     assert "(default: cpu)" in fit_help and "(default: 0)" in fit_help
     assert "--guide GUIDE the guide" in fit_help
     assert "--num-steps N at most N steps" in fit_help
+    assert "--tol TOL the stopping rule's tolerance" in fit_help
     assert "--save FILE" in fit_help and "the folder must exist" in fit_help
     assert main(["compare", "--help"]) == 0
     compare_help = " ".join(capsys.readouterr().out.split())

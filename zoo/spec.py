@@ -156,6 +156,11 @@ class ModelSpec:
         The precision a fit uses when the caller names none (default: the algorithm's).
     example_options : mapping
         Small model options for the shared checks (``zoo.testing``) and quick demos.
+    algorithm_defaults : mapping of str to mapping
+        The defaults this model wants where an algorithm's generic ones do not suit it, by
+        algorithm name: its options (for ``"svi"``: ``lr``, ``num_particles``), ``num_steps``
+        and ``tol``, e.g. ``{"svi": {"lr": 1e-3, "num_steps": 20000}}`` for a network. Used only
+        where the caller gives none of its own.
     minibatch : bool
         Whether the twins take ``num_data=`` (the full data size when ``data`` is a minibatch),
         so SVI can fit them with ``batch_size=``.
@@ -217,6 +222,7 @@ class ModelSpec:
     exact_posterior: Callable[[dict, Any], dict] | None = None
     exchangeable_components: tuple[str, ...] = ()
     dtype: str | None = None
+    algorithm_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     minibatch: bool = False
     example_options: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = field(default_factory=tuple)

@@ -1,0 +1,116 @@
+"""When a run has converged, and the warning when it has not.
+
+Two stopping rules, one per kind of objective (``Traits.stochastic``):
+
+- an exact objective (CAVI, EM) has converged when it changes by less than ``tol`` nats per
+  data point from one step to the next;
+- a noisy one (SVI's Monte-Carlo ELBO) has converged when its mean over the last ``window``
+  steps is less than ``tol`` nats per data point above its mean over the ``window`` steps
+  before: the slope of the smoothed objective, over a window, is below the tolerance. A
+  single step's change says nothing about a noisy objective; means over windows of hundreds
+  of steps do (the rule of thumb of SVI convergence diagnostics, e.g. Dhaka et al. 2020).
+
+``tol=0`` asks for a fixed number of steps: no rule stops the run, and no warning is given.
+
+A run that reaches ``num_steps`` without meeting its rule warns with
+:class:`ConvergenceWarning`, as scikit-learn's estimators do; suppress it with
+``warnings.filterwarnings("ignore", category=inference.ConvergenceWarning)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class ConvergenceWarning(UserWarning):
+    """A run stopped at ``num_steps`` before its stopping rule was met, or a sampler's chains
+    fail their diagnostics (r-hat, bulk effective sample size, divergences).
+
+    The message names the run and what to change. A ``UserWarning``; silence it with
+    ``warnings.filterwarnings("ignore", category=inference.ConvergenceWarning)``, or run a fixed
+    number of steps with ``tol=0``.
+
+    Parameters
+    ----------
+    message : str
+        The run (algorithm, model, backend, guide), what was not met, and what to change.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     res = inference.fit("gmm", data, "em", "pyro", K=2, num_steps=2, progress=False)
+    >>> res.converged, caught[0].category.__name__
+    (False, 'ConvergenceWarning')
+    """
+
+
+def exact_converged(objectives, tol: float, num_data: int) -> bool:
+    """Whether the last step changed an exact objective by less than ``tol`` nats per point."""
+    if not tol or len(objectives) < 2:
+        return False
+    return abs(objectives[-1] - objectives[-2]) < tol * num_data
+
+
+def window_converged(objectives, tol: float, num_data: int, window: int, start: int = 0) -> bool:
+    """Whether the mean of the last ``window`` objectives (summed over ``num_data`` points) is
+    less than ``tol`` nats per point above the mean of the ``window`` before, counting only
+    objectives from index ``start`` on (a learning rate that is still high leaves a noise floor
+    that is not the optimum: the rule waits for its last stage)."""
+    if not tol or len(objectives) - start < 2 * window:
+        return False
+    recent = np.asarray(objectives[-2 * window :], dtype=float) / num_data
+    gain = recent[window:].mean() - recent[:window].mean()
+    return bool(gain < tol)
+
+
+def converged(alg, objectives, tol: float | None, num_data: int, start: int = 0) -> bool:
+    """The stopping rule of ``alg``'s kind of objective, after the last step of
+    ``objectives``."""
+    if tol is None:
+        return False
+    if alg.traits.stochastic:
+        window = alg.traits.window
+        if len(objectives) % max(window // 10, 1):  # checked ten times a window
+            return False
+        return window_converged(objectives, tol, num_data, window, start)
+    return exact_converged(objectives, tol, num_data)
+
+
+def unconverged_message(run: str, num_steps: int, tol: float, stochastic: bool, advice: str):
+    """What a :class:`ConvergenceWarning` says about a run that stopped at ``num_steps``."""
+    rule = (
+        "its smoothed objective was still rising by more than tol"
+        if stochastic
+        else "its objective still changed by more than tol"
+    )
+    return (
+        f"{run} stopped at num_steps={num_steps} before converging ({rule}={tol:g} nats per "
+        f"data point). {advice} Pass tol=0 to run a fixed number of steps without this warning."
+    )
+
+
+def nuts_problems(summary, divergences: int, num_chains: int) -> list[str]:
+    """What fails in a sampler's diagnostics (ArviZ's ``summary`` table, with ``r_hat`` and
+    ``ess_bulk`` columns): r-hat above 1.01, bulk ESS below 100 per chain (Vehtari et al.
+    2021), divergent transitions. Empty when every check passes."""
+    problems = []
+    r_hats = np.asarray(summary["r_hat"], dtype=float)
+    esses = np.asarray(summary["ess_bulk"], dtype=float)
+    r_hat = float(np.max(r_hats[np.isfinite(r_hats)], initial=-math.inf))
+    ess = float(np.min(esses[np.isfinite(esses)], initial=math.inf))
+    if num_chains > 1 and r_hat > 1.01:
+        worst = summary["r_hat"].idxmax()
+        problems.append(f"r-hat {r_hat:.3f} > 1.01 (at {worst})")
+    if ess < 100 * num_chains:
+        worst = summary["ess_bulk"].idxmin()
+        problems.append(f"bulk ESS {ess:.0f} < {100 * num_chains} (100 per chain, at {worst})")
+    if divergences:
+        problems.append(f"{divergences} divergent transitions after warm-up")
+    return problems
