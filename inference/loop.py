@@ -279,7 +279,8 @@ def run(
     per data point, a noisy one whose smoothed mean does), or until ``validation``
     (``inference.validation``) stops early. Returns ``(state, history, converged)``.
 
-    ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt, a bad
+    ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt between
+    steps (a Ctrl-C that stops a step half way leaves the checkpoint of an earlier step), a bad
     minibatch (``inference.streaming.DataError``) or a failed step (``OSError``,
     ``RuntimeError``: e.g. a lost ``torch.distributed`` peer) the last completed step is
     checkpointed (when a path is given) before the exception propagates. With
@@ -305,6 +306,7 @@ def run(
     converged = stopped == "converged"
     step = start_step
     bar = tqdm(total=num_steps, initial=start_step, disable=not progress, desc=alg.name)
+    in_step = [False]  # whether a step is under way (set before it, cleared once it is recorded)
 
     def save_checkpoint():
         """The last completed step, when a path is given and this call took a step."""
@@ -332,6 +334,7 @@ def run(
         with _deferred_interrupt() as interrupted:
             earlier = None  # the state before ``state``: the last good one if ``state``'s is not
             for step in range(start_step, start_step if stopped else num_steps):
+                in_step[0] = True
                 try:
                     new_state, info = alg.step(state)  # a new state: ``state`` stays as it was
                 except DataError:
@@ -355,6 +358,7 @@ def run(
                 history["step"].append(step + 1)
                 history["objective"].append(objective)
                 history["time"].append(time.perf_counter() - t0)
+                in_step[0] = False
                 bar.update(1)
                 described = alg.describe(info) if progress else None
                 if described:
@@ -384,9 +388,15 @@ def run(
                     raise KeyboardInterrupt
                 if stopped:
                     break
-    except (KeyboardInterrupt, DataError, OSError, RuntimeError):
-        # An interrupt, a bad minibatch or a stream that ended, a lost worker: the last completed
-        # step is saved, and resume=True continues from it.
+    except KeyboardInterrupt:
+        # A second Ctrl-C stops a step half way: a Pyro step updates its parameters in place,
+        # so they may be half a step on. The checkpoint on disk (the last written) stays whole.
+        if not in_step[0]:
+            save_checkpoint()
+        raise
+    except (DataError, OSError, RuntimeError):
+        # A bad minibatch or a stream that ended, a lost worker: the last completed step is
+        # saved, and resume=True continues from it.
         save_checkpoint()
         raise
     finally:

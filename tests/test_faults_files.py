@@ -335,3 +335,38 @@ def test_deleting_the_lock_file_does_not_let_a_second_fit_in(tmp_path):
             _fit_with_checkpoint(path)
     res = _fit_with_checkpoint(path)  # released: the next fit takes it
     assert res.num_steps == 6
+
+
+def test_a_second_ctrl_c_in_the_middle_of_a_pyro_step_leaves_a_whole_checkpoint(
+    tmp_path, monkeypatch
+):
+    """Pyro's step updates the parameters in place: one stopped half way must not be
+    checkpointed. The checkpoint keeps the last step written whole, and the resumed fit is the
+    uninterrupted one, bit for bit."""
+    import pyro
+
+    svi = type(inference.get_algorithm("svi"))
+    data = {"x": zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 60)["x"]}
+    fit = dict(K=2, num_steps=8, lr=0.05, tol=0, progress=False)
+    whole = inference.fit("bayesian_gmm", data, "svi", "pyro", **fit)
+    fit["checkpoint_every"] = 2
+    real_step = svi.step
+
+    def half_a_step(self, state):
+        if state.step == 5:
+            for value in pyro.get_param_store().values():
+                value.unconstrained().data.add_(1.0)  # part of an update, applied in place
+            raise KeyboardInterrupt  # the second Ctrl-C
+        return real_step(self, state)
+
+    monkeypatch.setattr(svi, "step", half_a_step)
+    path = tmp_path / "fit.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        inference.fit("bayesian_gmm", data, "svi", "pyro", checkpoint=path, **fit)
+    monkeypatch.setattr(svi, "step", real_step)
+    resumed = inference.fit(
+        "bayesian_gmm", data, "svi", "pyro", checkpoint=path, resume=True, **fit
+    )
+    np.testing.assert_array_equal(resumed.history["objective"], whole.history["objective"])
+    for name, value in whole.raw_params.items():
+        np.testing.assert_array_equal(resumed.raw_params[name], value, err_msg=name)
