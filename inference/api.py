@@ -25,7 +25,7 @@ from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms
 from inference.result import FitResult
 from inference.validation import Validation
 from zoo import get_model
-from zoo.options import check_types
+from zoo.options import check_types, did_you_mean
 
 
 def model_options(spec) -> list[str]:
@@ -55,6 +55,7 @@ def split_options(alg, spec, options: dict) -> tuple[dict, dict]:
                 f"Unknown option(s) [{name!r}] for model {spec.name!r} fitted by {alg.name!r}; "
                 f"the model's options are {allowed_model}, the algorithm's "
                 f"{list(alg.option_names())}."
+                + did_you_mean(name, [*allowed_model, *alg.option_names(), *_fit_keywords()])
             )
     check_types(spec.prepare, model, f"model {spec.name!r}")
     return own, model
@@ -78,6 +79,11 @@ def _fingerprint(data) -> str:
         digest.update(str(data[key].shape).encode())
         digest.update(np.ascontiguousarray(data[key]).tobytes())
     return digest.hexdigest()[:16]
+
+
+def _fit_keywords() -> list[str]:
+    """The names ``fit`` itself takes (``num_steps``, ``tol``, ...), for suggestions."""
+    return [name for name in inspect.signature(fit).parameters if name != "options"]
 
 
 def _check_run_options(seed, num_steps, tol, checkpoint_every, callback) -> None:

@@ -335,10 +335,16 @@ def _main(argv) -> int:
         if args.json:
             print(json.dumps(algorithms, indent=2))
         else:
-            width = max(len(a["name"]) for a in algorithms)
-            for a in algorithms:
+            rows = [("algorithm", "estimate", "objective", "options")] + [
+                (a["name"], a["estimate"], a["objective"], ", ".join(a["options"]) or "-")
+                for a in algorithms
+            ]
+            widths = [max(len(row[i]) for row in rows) for i in range(3)]
+            for row in rows:
                 print(
-                    f"{a['name']:<{width}}  {a['estimate']:<9} {a['objective']:<15} {a['options']}"
+                    "  ".join(f"{cell:<{w}}" for cell, w in zip(row[:3], widths, strict=True))
+                    + "  "
+                    + row[3]
                 )
         return 0
 
@@ -418,6 +424,7 @@ def _fit(args, spec, options) -> int:
     finally:
         if save is not None:
             res.save(save)
+            print(f"zoo: saved the fit to {save} (inference.load to read it)", file=sys.stderr)
     return 0
 
 

@@ -377,7 +377,11 @@ def run(
                 if stop:
                     stopped = "early_stopping"
                 elif convergence.converged(
-                    alg, history["objective"], tol, num_data, alg.rule_start(state)
+                    alg,
+                    history["objective"],
+                    tol,
+                    num_data,
+                    alg.rule_start(state) if stochastic else 0,
                 ):
                     stopped, converged = "converged", True
                 if callback is not None:

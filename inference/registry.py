@@ -21,6 +21,7 @@ from inference.closed_form import CAVI, EM
 from inference.nuts import NUTSAlgorithm
 from inference.svi import SVI
 from inference.svi_natural import NaturalGradientSVI
+from zoo.options import did_you_mean
 from zoo.plugins import new_entry_points
 
 #: The entry-point group under which installed packages declare their algorithms.
@@ -114,7 +115,10 @@ def get_algorithm(name: str) -> Algorithm:
         raise TypeError(f"algorithm must be a name (str); got {type(name).__name__}.")
     _load_plugins_once()
     if name not in _REGISTRY:
-        raise ValueError(f"Unknown algorithm {name!r}; valid algorithms are {sorted(_REGISTRY)}.")
+        raise ValueError(
+            f"Unknown algorithm {name!r}; valid algorithms are {sorted(_REGISTRY)}."
+            + did_you_mean(name, _REGISTRY)
+        )
     return _REGISTRY[name]
 
 

@@ -314,3 +314,35 @@ def test_a_networks_weights_are_shown_by_their_shape(capsys):
     out = capsys.readouterr().out.splitlines()
     assert "encoder.body.hidden.1.weight: float32 array of shape (200, 200)" in "\n".join(out)
     assert len(out) < 60
+
+
+@pytest.mark.parametrize(
+    "argv, suggestion",
+    [
+        (["fit", "bayesian-gmm"], "Did you mean 'bayesian_gmm'?"),
+        (["fit", "bayesian_gmm", "--algorithm", "cav"], "Did you mean 'cavi'?"),
+        (["fit", "bayesian_gmm", "--algoritm", "cavi"], "Did you mean 'algorithm'?"),
+        (["fit", "gmm", "--num-step", "3"], "Did you mean 'num_steps'?"),
+        (["fit", "gmm", "--reg-covr", "0.1"], "Did you mean 'reg_covar'?"),
+        (["compare", "gmm", "--algorithms", "emm"], "Did you mean 'em'?"),
+    ],
+)
+def test_a_close_miss_is_answered_with_a_suggestion(capsys, argv, suggestion):
+    assert main(argv) == 2  # options are checked by fit before its first step
+    err = capsys.readouterr().err
+    assert "zoo: error:" in err and err.strip().endswith(suggestion)
+
+
+def test_save_says_where_it_wrote(workdir, capsys):
+    assert main(["fit", "gmm", "--data", "x.npy", "--num-steps", "2", "--save", "out/f.zoo"]) == 0
+    assert "zoo: saved the fit to out/f.zoo" in capsys.readouterr().err
+
+
+def test_the_algorithms_table_is_aligned(capsys):
+    assert main(["algorithms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["algorithm", "estimate", "objective", "options"]
+    starts = {line.index(line.split("  ")[-1].strip()) for line in lines if "  " in line}
+    assert "[" not in "".join(lines)  # no Python list reprs
+    assert len({line.find("ELBO") for line in lines if "ELBO" in line}) == 1
+    assert starts

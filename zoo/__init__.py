@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 
+from zoo.options import did_you_mean
 from zoo.plugins import new_entry_points
 from zoo.spec import BACKENDS, DataField, ModelSpec, ModelSpecError
 from zoo.testing import check_registration, check_spec
@@ -227,7 +228,10 @@ def get_model(name: str | ModelSpec, *, check: bool = True) -> ModelSpec:
     try:
         spec = _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"Unknown model {name!r}; valid models are {list_models()}.") from None
+        raise ValueError(
+            f"Unknown model {name!r}; valid models are {list_models()}."
+            + did_you_mean(name, list_models())
+        ) from None
     if check and name in _UNCHECKED:
         _UNCHECKED.discard(name)  # the checks themselves may fetch the model
         try:

@@ -13,6 +13,7 @@ option is refused in the same words: its name, what it expects, and what was giv
 
 from __future__ import annotations
 
+import difflib
 import numbers
 import types
 import typing
@@ -32,6 +33,13 @@ __all__ = [
 
 _NAMES = {int: "an int", float: "a float", str: "a string", bool: "a bool", type(None): "None"}
 _PLURALS = {int: "ints", float: "floats", str: "strings", bool: "bools"}
+
+
+def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
+    """`` Did you mean 'x'?`` for the choice closest to a misspelt ``name`` (``prefix`` before
+    it, e.g. ``"--"`` for a flag); empty when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.75)
+    return f" Did you mean {prefix}{close[0]!r}?" if close else ""
 
 
 def describe(value) -> str:
