@@ -3,7 +3,9 @@
 The guide name picks how discrete latents are handled: a guide the twin lists in
 ``ENUMERATED_GUIDES`` sums them out exactly (``TraceEnum_ELBO``); a guide it lists in
 ``RELAXED_GUIDES`` (a Gumbel-softmax guide) samples a relaxed one-hot ``z`` whose temperature is
-annealed geometrically from ``temperature[0]`` to ``temperature[1]`` over ``num_steps``. A twin
+annealed geometrically from ``temperature[0]`` to ``temperature[1]`` over ``num_steps``; a guide
+it lists in ``CLOSED_FORM_KL_GUIDES`` is always fitted with the mean-field ELBO, which takes the
+closed-form KL at the sites that have one (Jang et al.'s Gumbel-softmax objective). A twin
 may instead define ``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then
 passes that value as ``temperature`` at each step (the Bayesian attention classifier reads it as
 its KL weight); a twin whose schedule does not depend on ``num_steps`` says so with
@@ -236,6 +238,12 @@ class SVI(Algorithm):
             )
         enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
         deterministic = guide in getattr(twin, "DETERMINISTIC_GUIDES", ())
+        if name == "elbo" and options.elbo != "meanfield" and _closed_form_kl(twin, guide):
+            return (
+                f"elbo={options.elbo!r} does not apply to guide {guide!r}, which is always "
+                "fitted with the mean-field ELBO (elbo='meanfield': the closed-form KL between "
+                "the categoricals of z)."
+            )
         if name == "num_particles" and deterministic:
             return (
                 f"num_particles= averages Monte-Carlo draws of the guide; guide {guide!r} of "
@@ -331,7 +339,7 @@ class SVI(Algorithm):
             guide_fn,
             data,
             config,
-            elbo="enum" if enumerated else options.elbo,
+            elbo="enum" if enumerated else _objective(twin, guide, options.elbo),
             lr=lr,
             num_particles=int(options.num_particles),
             seed=problem.seed,
@@ -440,7 +448,9 @@ class SVI(Algorithm):
             "num_particles": int(options.num_particles),
             "temperature": list(options.temperature),
             "batch_size": options.batch_size,
-            "elbo": options.elbo,
+            "elbo": _objective(
+                state.problem.spec.twin(state.problem.backend.NAME), state.guide, options.elbo
+            ),
             "guide": state.guide,
             "num_steps": state.problem.num_steps,
             "dynamic_binarization": bool(options.dynamic_binarization),
@@ -467,6 +477,16 @@ class SVI(Algorithm):
         if _enumerated_guide(get_model(result.model), result.backend) is not None:
             return enumerated_elbo(result, data, num_particles=100, seed=result.seed)
         return fresh_elbo(result, data, num_particles=100)
+
+
+def _closed_form_kl(twin, guide: str) -> bool:
+    return guide in getattr(twin, "CLOSED_FORM_KL_GUIDES", ())
+
+
+def _objective(twin, guide: str, elbo: str) -> str:
+    """The ELBO a guide is fitted with: the mean-field one for a guide whose twin lists it in
+    ``CLOSED_FORM_KL_GUIDES``, else ``elbo``."""
+    return "meanfield" if _closed_form_kl(twin, guide) else elbo
 
 
 def _enumerated_guide(spec, backend: str) -> str | None:
@@ -545,7 +565,7 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
 def fresh_elbo(result, data, num_particles: int) -> float:
     """A fresh Monte-Carlo ELBO of a fitted SVI run with its own guide, in nats (sum over
     points)."""
-    engine = _evaluation_engine(
-        result, data, result.guide, result.options.get("elbo", "trace"), result.seed
-    )
+    twin = get_model(result.model).twin(result.backend)
+    elbo = _objective(twin, result.guide, result.options.get("elbo", "trace"))
+    engine = _evaluation_engine(result, data, result.guide, elbo, result.seed)
     return engine.elbo(engine.initial_state(), num_particles=num_particles, seed=result.seed)

@@ -75,6 +75,8 @@ OBJECTS = [
     "zoo.attention.jax_attention:init_params",
     "zoo.attention.jax_attention:MultiHeadAttention",
     # distributions
+    "zoo.distributions:GumbelSoftmax",
+    "zoo.distributions:ExpRelaxedCategorical",
     "zoo.distributions:RelaxedOneHotCategorical",
     "zoo.distributions:StickBreakingCategorical",
     "zoo.distributions:stick_breaking_log_weights",
@@ -82,6 +84,8 @@ OBJECTS = [
     "zoo.distributions:Normal",
     "zoo.distributions:LowerCholeskyTransform",
     "zoo.distributions:StickBreakingTransform",
+    "zoo.torch_distributions:GumbelSoftmax",
+    "zoo.torch_distributions:ExpRelaxedCategorical",
     "zoo.torch_distributions:StickBreakingCategorical",
     "zoo.torch_distributions:stick_breaking_log_weights",
     "zoo.torch_distributions:Wishart",

@@ -58,7 +58,13 @@ def test_gmm_compare_example_quick(tmp_path):
     table, accuracy = run_example("gmm_compare", argv)
     fitted = {
         (algorithm, guide, "pyro")
-        for algorithm, guide in [("cavi", None), ("em", None), ("svi", "enum"), ("svi", "gumbel")]
+        for algorithm, guide in [
+            ("cavi", None),
+            ("em", None),
+            ("svi", "enum"),
+            ("svi", "gumbel"),
+            ("svi", "gumbel-st"),
+        ]
     }
     assert {(r["algorithm"], r["guide"], r["backend"]) for r in table.rows} == fitted
     assert "sd_ratio_median" not in table.to_markdown()  # no reference: no accuracy columns

@@ -209,7 +209,7 @@ def get_model(name: str | ModelSpec, *, check: bool = True) -> ModelSpec:
     >>> spec.description
     'Bayesian Gaussian mixture, full covariance, Dirichlet or stick-breaking weights'
     >>> spec.guides
-    ('enum', 'gumbel')
+    ('enum', 'gumbel', 'gumbel-st')
     >>> data = spec.make_data(np.random.default_rng(0), 100)
     >>> data["x"].shape
     (100, 2)

@@ -3,6 +3,10 @@
 * :class:`RelaxedOneHotCategorical` -- the Concrete / Gumbel-softmax distribution, with the
   parameterisation and density of :class:`torch.distributions.RelaxedOneHotCategorical`, so a
   Pyro model and its NumPyro twin score the same values identically.
+* :class:`GumbelSoftmax` -- a categorical drawn as a relaxed (or straight-through) one-hot
+  vector, with the discrete density and the categoricals' closed-form KL (Jang et al., 2017).
+* :class:`ExpRelaxedCategorical` -- the ExpConcrete distribution (Maddison et al., 2017), with
+  the parameterisation and density of :class:`torch.distributions.ExpRelaxedCategorical`.
 * :class:`StickBreakingCategorical` -- a categorical over a truncated stick-breaking prior whose
   mass beyond the truncation is left out rather than renormalised away (its torch twin lives in
   :mod:`zoo.torch_distributions`).
@@ -22,12 +26,15 @@ from jax.scipy.special import gammaln, logsumexp
 from numpyro.distributions import CategoricalLogits, Distribution, constraints
 from numpyro.distributions import Normal as _NumPyroNormal
 from numpyro.distributions import Wishart as _NumPyroWishart
+from numpyro.distributions.kl import kl_divergence
 from numpyro.distributions.transforms import LowerCholeskyTransform as _LowerCholeskyTransformBase
 from numpyro.distributions.transforms import StickBreakingTransform as _StickBreakingTransformBase
 from numpyro.distributions.transforms import biject_to
 from numpyro.distributions.util import add_diag, clamp_probs, lazy_property, validate_sample
 
 __all__ = [
+    "ExpRelaxedCategorical",
+    "GumbelSoftmax",
     "LowerCholeskyTransform",
     "RelaxedOneHotCategorical",
     "StickBreakingCategorical",
@@ -226,6 +233,179 @@ class RelaxedOneHotCategorical(Distribution):
         log_scale = gammaln(float(num_events)) + (num_events - 1) * jnp.log(self.temperature)
         # ... plus log|dy/dx| = -sum_k log x_k for the change of variables to x = exp(y).
         return score + log_scale - jnp.sum(log_value, axis=-1)
+
+
+class GumbelSoftmax(Distribution):
+    r"""A categorical variable drawn as a one-hot vector by the Gumbel-softmax trick.
+
+    Jang, Gu & Poole (2017), "Categorical reparameterization with Gumbel-softmax", and Maddison,
+    Mnih & Teh (2017). A draw is the relaxed one-hot vector
+    ``y = softmax((log_probs + g) / temperature)``, ``g`` i.i.d. standard Gumbel, which is
+    reparameterised; with ``straight_through=True`` it is the one-hot vector of
+    ``argmax(log_probs + g)`` whose gradient is the relaxed draw's (Bengio et al., 2013).
+    Either way ``argmax(y)`` is an exact draw of the categorical (the Gumbel-max trick), and the
+    density is the *discrete* one, of that category: ``log_prob(y) = log_probs[argmax(y)]``. A
+    guide and a prior of this class have the closed-form ``KL(q || p)`` between their
+    categoricals (registered with :func:`numpyro.distributions.kl.kl_divergence`), which a
+    mean-field ELBO takes in place of the two log-densities: the relaxed sample serves the
+    likelihood, the KL is exact, as Jang et al. do it.
+
+    Parameters
+    ----------
+    temperature : float or array, shape broadcastable with the batch shape
+        Relaxation temperature ``> 0`` of the draw (the density does not depend on it).
+    log_probs : array, shape (..., K)
+        Log-probabilities of the ``K`` categories. They may sum to less than one (a defective
+        prior such as a truncated stick-breaking one): the density and the KL use them as
+        given; draws are of the normalised categorical.
+    straight_through : bool
+        Draw hard one-hot vectors with the relaxed draw's gradient.
+    validate_args : bool, optional
+
+    Examples
+    --------
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> from numpyro.distributions.kl import kl_divergence
+    >>> from zoo.distributions import GumbelSoftmax
+    >>> q = GumbelSoftmax(0.5, jnp.log(jnp.array([0.5, 0.25, 0.25])))
+    >>> y = q.sample(jax.random.key(0))
+    >>> float(q.log_prob(y)) == float(q.log_probs[jnp.argmax(y)])
+    True
+    >>> p = GumbelSoftmax(0.5, jnp.log(jnp.ones(3) / 3))
+    >>> round(float(kl_divergence(q, p)), 4)  # sum_k q_k log(q_k / p_k)
+    0.0589
+    """
+
+    arg_constraints = {"temperature": constraints.positive, "log_probs": constraints.real_vector}
+    support = constraints.simplex
+    reparametrized_params = ["temperature", "log_probs"]
+
+    def __init__(self, temperature, log_probs, straight_through=False, validate_args=None):
+        if jnp.ndim(log_probs) < 1:
+            raise ValueError("`log_probs` must be at least one-dimensional.")
+        batch_shape = lax.broadcast_shapes(jnp.shape(temperature), jnp.shape(log_probs)[:-1])
+        event_shape = jnp.shape(log_probs)[-1:]
+        self.temperature = jnp.broadcast_to(temperature, batch_shape)
+        self.log_probs = jnp.broadcast_to(log_probs, batch_shape + event_shape)
+        self.straight_through = bool(straight_through)
+        super().__init__(batch_shape, event_shape, validate_args=validate_args)
+
+    def tree_flatten(self):
+        return (self.temperature, self.log_probs), self.straight_through
+
+    @classmethod
+    def tree_unflatten(cls, aux_data, params):
+        return cls(*params, straight_through=aux_data)
+
+    @staticmethod
+    def infer_shapes(temperature=(), log_probs=()):
+        return lax.broadcast_shapes(tuple(temperature), tuple(log_probs[:-1])), tuple(
+            log_probs[-1:]
+        )
+
+    def sample(self, key, sample_shape=()):
+        """Relaxed (or straight-through one-hot) draws, shape ``sample_shape + batch_shape +
+        (K,)``."""
+        shape = sample_shape + self.batch_shape + self.event_shape
+        dtype = jnp.result_type(self.log_probs, float)
+        gumbels = -jnp.log(-jnp.log(clamp_probs(random.uniform(key, shape, dtype=dtype))))
+        scores = self.log_probs + gumbels
+        soft = jax.nn.softmax(scores / self.temperature[..., None], axis=-1)
+        if not self.straight_through:
+            return soft
+        hard = jax.nn.one_hot(jnp.argmax(scores, axis=-1), shape[-1], dtype=soft.dtype)
+        return hard + soft - lax.stop_gradient(soft)
+
+    def log_prob(self, value):
+        """``log_probs`` of the category ``argmax(value)``, shape ``broadcast(value.shape[:-1],
+        batch_shape)``."""
+        index = jnp.argmax(lax.stop_gradient(value), axis=-1)
+        shape = lax.broadcast_shapes(jnp.shape(index), self.batch_shape)
+        log_probs = jnp.broadcast_to(self.log_probs, shape + self.event_shape)
+        index = jnp.broadcast_to(index, shape)[..., None]
+        return jnp.take_along_axis(log_probs, index, axis=-1)[..., 0]
+
+
+@kl_divergence.register(GumbelSoftmax, GumbelSoftmax)
+def _kl_gumbel_softmax(q, p):
+    """``sum_k q_k (log q_k - log p_k)``: the KL of the categoricals the two relax."""
+    q_probs = jnp.exp(q.log_probs)
+    terms = jnp.where(q_probs > 0, q_probs * (q.log_probs - p.log_probs), 0.0)
+    return jnp.sum(terms, axis=-1)
+
+
+class ExpRelaxedCategorical(Distribution):
+    r"""ExpConcrete distribution: the log of a Concrete (relaxed one-hot) draw.
+
+    Maddison, Mnih & Teh (2017), "The Concrete distribution", appendix C: a draw is
+    ``y = log_softmax((logits + g) / temperature)`` with ``g`` i.i.d. standard Gumbel, and its
+    log-density, computed in log space, is
+
+    .. math::
+        \log p(y) = \log (K-1)! + (K-1) \log \tau + \sum_k (\ell_k - \tau y_k)
+        - K \operatorname{logsumexp}_k (\ell_k - \tau y_k),
+
+    the parameterisation and ``log_prob`` of torch's ``ExpRelaxedCategorical``
+    (:mod:`torch.distributions.relaxed_categorical`).
+
+    Parameters
+    ----------
+    temperature : float or array, shape broadcastable with the batch shape
+        ``tau > 0``.
+    logits : array, shape (..., K)
+        Unnormalised log-probabilities (shifting them changes nothing).
+    validate_args : bool, optional
+
+    Examples
+    --------
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import torch
+    >>> from zoo.distributions import ExpRelaxedCategorical
+    >>> d = ExpRelaxedCategorical(0.5, jnp.array([0.1, -0.3, 0.2]))
+    >>> y = d.sample(jax.random.key(0))
+    >>> twin = torch.distributions.relaxed_categorical.ExpRelaxedCategorical(
+    ...     torch.tensor(0.5, dtype=torch.float64),
+    ...     logits=torch.tensor([0.1, -0.3, 0.2], dtype=torch.float64),
+    ... )
+    >>> bool(np.allclose(d.log_prob(y), twin.log_prob(torch.as_tensor(np.array(y))), rtol=1e-5))
+    True
+    """
+
+    arg_constraints = {"temperature": constraints.positive, "logits": constraints.real_vector}
+    support = constraints.real_vector
+    reparametrized_params = ["temperature", "logits"]
+
+    def __init__(self, temperature, logits, validate_args=None):
+        if jnp.ndim(logits) < 1:
+            raise ValueError("`logits` must be at least one-dimensional.")
+        batch_shape = lax.broadcast_shapes(jnp.shape(temperature), jnp.shape(logits)[:-1])
+        event_shape = jnp.shape(logits)[-1:]
+        self.temperature = jnp.broadcast_to(temperature, batch_shape)
+        self.logits = jnp.broadcast_to(logits, batch_shape + event_shape)
+        super().__init__(batch_shape, event_shape, validate_args=validate_args)
+
+    @staticmethod
+    def infer_shapes(temperature=(), logits=()):
+        return lax.broadcast_shapes(tuple(temperature), tuple(logits[:-1])), tuple(logits[-1:])
+
+    def sample(self, key, sample_shape=()):
+        """Draws ``log_softmax((logits + g) / temperature)``, shape ``sample_shape +
+        batch_shape + (K,)``."""
+        shape = sample_shape + self.batch_shape + self.event_shape
+        dtype = jnp.result_type(self.logits, float)
+        gumbels = -jnp.log(-jnp.log(clamp_probs(random.uniform(key, shape, dtype=dtype))))
+        return jax.nn.log_softmax((self.logits + gumbels) / self.temperature[..., None], axis=-1)
+
+    def log_prob(self, value):
+        """The ExpConcrete log-density, shape ``broadcast(value.shape[:-1], batch_shape)``."""
+        num_events = self.event_shape[-1]
+        tau = self.temperature[..., None]
+        score = self.logits - tau * value
+        score = jnp.sum(score - logsumexp(score, axis=-1, keepdims=True), axis=-1)
+        return score + gammaln(float(num_events)) + (num_events - 1) * jnp.log(self.temperature)
 
 
 class StickBreakingCategorical(CategoricalLogits):

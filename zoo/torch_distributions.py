@@ -1,7 +1,8 @@
 """Pyro (torch) twins of the distributions in :mod:`zoo.distributions`, and a repaired Wishart.
 
-Of the twins only :class:`StickBreakingCategorical` is here: on the torch side the Concrete
-distribution is :class:`torch.distributions.RelaxedOneHotCategorical` itself, which
+Here are :class:`StickBreakingCategorical`, :class:`GumbelSoftmax` and
+:class:`ExpRelaxedCategorical` (torch's, made a Pyro distribution); the Concrete distribution is
+:class:`torch.distributions.RelaxedOneHotCategorical` itself, which
 :class:`zoo.distributions.RelaxedOneHotCategorical` reproduces.
 """
 
@@ -10,13 +11,21 @@ from __future__ import annotations
 import math
 
 import torch
-from pyro.distributions import Categorical, constraints
+from pyro.distributions import Categorical, TorchDistribution, constraints
+from pyro.distributions import MultivariateNormal as PyroMultivariateNormal
 from pyro.distributions import Wishart as _PyroWishart
+from pyro.distributions.torch_distribution import TorchDistributionMixin
 from torch.distributions import biject_to
+from torch.distributions.kl import register_kl
+from torch.distributions.relaxed_categorical import (
+    ExpRelaxedCategorical as _ExpRelaxedCategorical,
+)
 from torch.distributions.transforms import Transform
-from torch.distributions.utils import lazy_property
+from torch.distributions.utils import clamp_probs, lazy_property
 
 __all__ = [
+    "ExpRelaxedCategorical",
+    "GumbelSoftmax",
     "PositiveDefiniteFromVector",
     "StickBreakingCategorical",
     "Wishart",
@@ -282,3 +291,131 @@ class StickBreakingCategorical(Categorical):
 
     def entropy(self):
         raise NotImplementedError("The entropy of a defective distribution is not defined.")
+
+
+class ExpRelaxedCategorical(_ExpRelaxedCategorical, TorchDistributionMixin):
+    """torch's ExpConcrete distribution (Maddison et al., 2017) as a Pyro distribution: the
+    twin of :class:`zoo.distributions.ExpRelaxedCategorical` (same draws' law, same density).
+
+    Parameters
+    ----------
+    temperature : Tensor
+        ``tau > 0``.
+    probs, logits : Tensor, shape (..., K)
+        As torch's ``ExpRelaxedCategorical``: exactly one of them.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from zoo.torch_distributions import ExpRelaxedCategorical
+    >>> d = ExpRelaxedCategorical(torch.tensor(0.5), logits=torch.zeros(3))
+    >>> y = d.rsample()
+    >>> bool(torch.isclose(y.exp().sum(), torch.tensor(1.0)))  # a point of the simplex, in logs
+    True
+    """
+
+
+class GumbelSoftmax(TorchDistribution):
+    r"""A categorical variable drawn as a one-hot vector by the Gumbel-softmax trick: the torch
+    twin of :class:`zoo.distributions.GumbelSoftmax` (see there).
+
+    A draw is ``softmax((log_probs + g) / temperature)`` (``straight_through=True``: the one-hot
+    vector of ``argmax(log_probs + g)`` with that draw's gradient); ``log_prob(y)`` is
+    ``log_probs[argmax(y)]``, the discrete density; ``KL(q || p)`` between two of them is the
+    closed-form KL of their categoricals (registered with :func:`torch.distributions.kl.
+    register_kl`), which a mean-field ELBO uses.
+
+    Parameters
+    ----------
+    temperature : float or Tensor
+        Relaxation temperature ``> 0`` of the draw.
+    log_probs : Tensor, shape (..., K)
+        Log-probabilities of the categories (they may sum to less than one).
+    straight_through : bool
+        Draw hard one-hot vectors with the relaxed draw's gradient.
+    validate_args : bool, optional
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.distributions import kl_divergence
+    >>> from zoo.torch_distributions import GumbelSoftmax
+    >>> q = GumbelSoftmax(torch.tensor(0.5), torch.tensor([0.5, 0.25, 0.25]).log())
+    >>> p = GumbelSoftmax(torch.tensor(0.5), torch.full((3,), 1 / 3).log())
+    >>> round(float(kl_divergence(q, p)), 4)
+    0.0589
+    """
+
+    arg_constraints = {"temperature": constraints.positive, "log_probs": constraints.real_vector}
+    support = constraints.simplex
+    has_rsample = True
+
+    def __init__(self, temperature, log_probs, straight_through=False, validate_args=None):
+        if log_probs.dim() < 1:
+            raise ValueError("`log_probs` must be at least one-dimensional.")
+        temperature = torch.as_tensor(temperature, dtype=log_probs.dtype, device=log_probs.device)
+        batch_shape = torch.broadcast_shapes(temperature.shape, log_probs.shape[:-1])
+        event_shape = log_probs.shape[-1:]
+        self.temperature = temperature.expand(batch_shape)
+        self.log_probs = log_probs.expand(batch_shape + event_shape)
+        self.straight_through = bool(straight_through)
+        super().__init__(batch_shape, event_shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        batch_shape = torch.Size(batch_shape)
+        return GumbelSoftmax(
+            self.temperature.expand(batch_shape),
+            self.log_probs.expand(batch_shape + self.event_shape),
+            self.straight_through,
+            validate_args=False,
+        )
+
+    def rsample(self, sample_shape=()):
+        shape = self._extended_shape(torch.Size(sample_shape))
+        uniforms = clamp_probs(
+            torch.rand(shape, dtype=self.log_probs.dtype, device=self.log_probs.device)
+        )
+        scores = self.log_probs - (-uniforms.log()).log()
+        soft = torch.softmax(scores / self.temperature.unsqueeze(-1), dim=-1)
+        if not self.straight_through:
+            return soft
+        index = scores.argmax(-1, keepdim=True)
+        hard = torch.zeros_like(soft).scatter_(-1, index, 1.0)
+        return hard + soft - soft.detach()
+
+    def log_prob(self, value):
+        index = value.detach().argmax(-1)
+        shape = torch.broadcast_shapes(index.shape, self.batch_shape)
+        log_probs = self.log_probs.expand(shape + self.event_shape)
+        return log_probs.gather(-1, index.expand(shape).unsqueeze(-1)).squeeze(-1)
+
+
+@register_kl(GumbelSoftmax, GumbelSoftmax)
+def _kl_gumbel_softmax(q, p):
+    q_probs = q.log_probs.exp()
+    terms = q_probs * (q.log_probs - p.log_probs)
+    return torch.where(q_probs > 0, terms, torch.zeros_like(terms)).sum(-1)
+
+
+@register_kl(Wishart, Wishart)
+def _kl_wishart_wishart(p, q):
+    """No closed form here, as in NumPyro: a mean-field ELBO falls back to the single-draw
+    estimate. (torch's generic exponential-family KL would apply otherwise: it differentiates
+    the log-normaliser with autograd, so it fails without gradients, and the twins would
+    differ.)"""
+    raise NotImplementedError("KL(Wishart || Wishart) has no closed form in the zoo.")
+
+
+@register_kl(PyroMultivariateNormal, PyroMultivariateNormal)
+def _kl_multivariate_normal(p, q):
+    """``KL(p || q)`` of two multivariate normals, torch's value, written with operations that
+    ``torch.jit.trace`` records (torch's own reads batch shapes as Python ints, which a traced
+    mean-field ELBO, Pyro's ``JitTraceMeanField_ELBO``, cannot give it)."""
+    p_tril, q_tril = p.scale_tril, q.scale_tril
+    spread = torch.linalg.solve_triangular(q_tril, p_tril, upper=False)
+    shift = torch.linalg.solve_triangular(q_tril, (q.loc - p.loc).unsqueeze(-1), upper=False)
+    log_ratio = q_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1) - p_tril.diagonal(
+        dim1=-2, dim2=-1
+    ).log().sum(-1)
+    quadratic = spread.pow(2).sum((-2, -1)) + shift.squeeze(-1).pow(2).sum(-1)
+    return 0.5 * (quadratic - p.event_shape[0]) + log_ratio

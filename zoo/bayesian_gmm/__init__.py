@@ -280,7 +280,11 @@ SPEC = ModelSpec(
         "pyro": "zoo.bayesian_gmm.pyro_model",
         "numpyro": "zoo.bayesian_gmm.numpyro_model",
     },
-    guides=("enum", "gumbel"),  # the "cavi" guide (make_guide) is the CAVI posterior, not for SVI
+    guides=(
+        "enum",
+        "gumbel",
+        "gumbel-st",
+    ),  # the "cavi" guide (make_guide) is the CAVI posterior, not for SVI
     prepare=prepare,
     updates=ClosedFormUpdates(
         "zoo.bayesian_gmm.closed_form",

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
+import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
+from jax.scipy.special import digamma
 from numpyro.distributions import constraints
 from numpyro.ops.indexing import Vindex
 
 from zoo.distributions import (
-    RelaxedOneHotCategorical,
+    GumbelSoftmax,
     StickBreakingCategorical,
     Wishart,
     lower_cholesky,
@@ -17,8 +21,13 @@ from zoo.distributions import (
 from zoo.plates import numpyro_data_plate as data_plate
 
 ENUMERATED_GUIDES = ("enum",)
-# A relaxed one-hot z at a temperature that SVI anneals (its temperature= option).
-RELAXED_GUIDES = ("gumbel",)
+# Gumbel-softmax guides (Jang et al., 2017): z_n is a one-hot vector drawn by the Gumbel-softmax
+# trick at a temperature that SVI anneals (its temperature= option), relaxed ("gumbel") or
+# straight-through ("gumbel-st"), from q(z_n), the CAVI update of q(z) from the global factors'
+# parameters; the z site's densities are the discrete ones and SVI fits these guides with the
+# mean-field ELBO, which takes the closed-form KL between q(z_n) and p(z_n | pi).
+RELAXED_GUIDES = ("gumbel", "gumbel-st")
+CLOSED_FORM_KL_GUIDES = RELAXED_GUIDES
 
 
 def _mixture_weights(config, like):
@@ -42,9 +51,10 @@ def model(data, config, temperature=None, init=None, num_data=None):
     model is a latent variable, none is a parameter. With ``num_data``, ``data`` is a minibatch
     (or a shard) of a data set of that size and the data plate scales its log-density.
 
-    With a temperature, ``z`` is a relaxed one-hot vector (Gumbel-softmax) and the likelihood of
-    ``x_n`` is ``sum_k z_nk log N(x_n | mu_k, Lambda_k^-1)``, equal to the discrete model's at a
-    one-hot ``z``.
+    With a temperature (the Gumbel-softmax guides), ``z_n`` is a one-hot vector drawn by the
+    Gumbel-softmax trick, relaxed or straight-through (``GumbelSoftmax``), whose density is the
+    discrete ``log pi_k`` of its category, and the likelihood of ``x_n`` is
+    ``sum_k z_nk log N(x_n | mu_k, Lambda_k^-1)``, the discrete model's at a one-hot ``z_n``.
     """
     x = data["x"]
     n = x.shape[0]
@@ -71,7 +81,8 @@ def model(data, config, temperature=None, init=None, num_data=None):
                 obs=x,
             )
         else:
-            z = numpyro.sample("z", RelaxedOneHotCategorical(temperature, logits=z_dist.logits))
+            log_weights = jnp.broadcast_to(z_dist.logits, (n, config.K))  # unnormalised for sticks
+            z = numpyro.sample("z", GumbelSoftmax(temperature, log_weights))
             component_lp = dist.MultivariateNormal(means, precision_matrix=precisions).log_prob(
                 x[..., None, :]
             )
@@ -79,11 +90,16 @@ def model(data, config, temperature=None, init=None, num_data=None):
 
 
 def _global_factors(config, init, x, mean_family):
-    """q(weights or sticks), q(precisions), q(means): shared by every guide."""
+    """q(weights or sticks), q(precisions), q(means): shared by every guide. Returns their
+    parameters (constrained) by name."""
     K, d = config.K, config.dim
 
+    params = {}
+
     def param(name, constraint=constraints.real):
-        return numpyro.param(name, jnp.asarray(init[name], dtype=x.dtype), constraint=constraint)
+        value = jnp.asarray(init[name], dtype=x.dtype)
+        params[name] = numpyro.param(name, value, constraint=constraint)
+        return params[name]
 
     if config.weight_prior == "dirichlet_process":
         a = param("stick_a", constraints.positive)
@@ -109,33 +125,67 @@ def _global_factors(config, init, x, mean_family):
                 means, scale_tril=param("mean_scale_tril", lower_cholesky)
             )
         numpyro.sample("means", mean_dist)
+    return params
+
+
+def assignment_logits(x, config, params):
+    """Log-probabilities of q(z_n), the CAVI update of q(z) from the global factors ``params``
+    (the independent mean family): ``log rho_nk = E[log pi_k] + E[log N(x_n | mu_k,
+    Lambda_k^-1)] + const``, normalised over ``k``; shape (N, K)."""
+    d = config.dim
+    if config.weight_prior == "dirichlet_process":
+        a, b = params["stick_a"], params["stick_b"]
+        total = digamma(a + b)
+        log_rest = jnp.cumsum(digamma(b) - total, -1)[:-1]
+        log_weights = digamma(a) - total + jnp.concatenate([jnp.zeros_like(a[:1]), log_rest])
+    else:
+        alpha = params["weight_concentration"]
+        log_weights = digamma(alpha) - digamma(alpha.sum())
+    dof, scale_tril = params["dof"], params["scale_tril"]
+    mean, mean_tril = params["mean_loc"], params["mean_scale_tril"]
+    logdet = sum(digamma(0.5 * (dof - i)) for i in range(d)) + d * math.log(2.0)
+    logdet = logdet + 2.0 * jnp.log(jnp.diagonal(scale_tril, axis1=-2, axis2=-1)).sum(-1)
+    # E[(x - mu)^T Lambda (x - mu)] = nu (|T^T (x - m)|^2 + |T^T S|_F^2), W = T T^T, S S^T = Cov mu
+    projected = jnp.einsum("kij,nki->nkj", scale_tril, x[..., None, :] - mean)
+    spread = (jnp.einsum("kij,kil->kjl", scale_tril, mean_tril) ** 2).sum((-2, -1))
+    quadratic = dof * ((projected**2).sum(-1) + spread)
+    return jax.nn.log_softmax(log_weights + 0.5 * logdet - 0.5 * quadratic, -1)
 
 
 def make_guide(name, config, init):
     """Guide ``name`` with parameters initialised from ``init`` (numpy arrays by param name).
 
     ``"enum"``: reparameterised global factors; ``z`` is summed out in the model.
-    ``"gumbel"``: the same, plus q(z_n) = RelaxedOneHotCategorical(temperature, logits_n).
+    ``"gumbel"``: the same, plus q(z_n) = Categorical(rho_n), ``rho_n`` the CAVI update of
+    q(z_n) from the global factors' parameters (:func:`assignment_logits`: no parameter per data
+    point, so it fits on minibatches), drawn as a relaxed one-hot vector (``GumbelSoftmax`` at
+    the annealed temperature; Jang et al., 2017).
+    ``"gumbel-st"``: as ``"gumbel"``, the draw straight-through (one-hot forward, the relaxed
+    draw's gradient).
     ``"cavi"``: the free-form CAVI family (mu_k | Lambda_k Normal-Wishart, q(z) Categorical).
     """
 
     def guide(data, config, temperature=None, num_data=None):
         x = data["x"]
-        if name != "enum" and num_data is not None and num_data != x.shape[0]:
+        if name == "cavi" and num_data is not None and num_data != x.shape[0]:
             raise ValueError(
                 f"Guide {name!r} has a parameter per data point (assignment_logits), so it "
                 "cannot be fitted on minibatches or shards of the data; use guide='enum'."
             )
-        _global_factors(config, init, x, "conditional" if name == "cavi" else "independent")
+        params = _global_factors(
+            config, init, x, "conditional" if name == "cavi" else "independent"
+        )
         if name == "enum":
+            return
+        if name in RELAXED_GUIDES:
+            log_probs = assignment_logits(x, config, params)
+            with data_plate(x.shape[0], num_data):
+                numpyro.sample("z", GumbelSoftmax(temperature, log_probs, name == "gumbel-st"))
             return
         logits = numpyro.param(
             "assignment_logits", jnp.asarray(init["assignment_logits"], dtype=x.dtype)
         )
         with numpyro.plate("data", x.shape[0]):
-            if name == "gumbel":
-                numpyro.sample("z", RelaxedOneHotCategorical(temperature, logits=logits))
-            else:
-                numpyro.sample("z", dist.Categorical(logits=logits))
+            numpyro.sample("z", dist.Categorical(logits=logits))
 
     return guide

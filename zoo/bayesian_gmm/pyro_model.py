@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -9,12 +11,17 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 from zoo.plates import pyro_data_plate as data_plate
-from zoo.torch_distributions import StickBreakingCategorical, Wishart
+from zoo.torch_distributions import GumbelSoftmax, StickBreakingCategorical, Wishart
 from zoo.weights import pyro_param_init
 
 ENUMERATED_GUIDES = ("enum",)
-# A relaxed one-hot z at a temperature that SVI anneals (its temperature= option).
-RELAXED_GUIDES = ("gumbel",)
+# Gumbel-softmax guides (Jang et al., 2017): z_n is a one-hot vector drawn by the Gumbel-softmax
+# trick at a temperature that SVI anneals (its temperature= option), relaxed ("gumbel") or
+# straight-through ("gumbel-st"), from q(z_n), the CAVI update of q(z) from the global factors'
+# parameters; the z site's densities are the discrete ones and SVI fits these guides with the
+# mean-field ELBO, which takes the closed-form KL between q(z_n) and p(z_n | pi).
+RELAXED_GUIDES = ("gumbel", "gumbel-st")
+CLOSED_FORM_KL_GUIDES = RELAXED_GUIDES
 
 
 def _mixture_weights(config, like, components):
@@ -38,9 +45,10 @@ def model(data, config, temperature=None, init=None, num_data=None):
     model is a latent variable, none is a parameter. With ``num_data``, ``data`` is a minibatch
     (or a shard) of a data set of that size and the data plate scales its log-density.
 
-    With a temperature, ``z`` is a relaxed one-hot vector (Gumbel-softmax) and the likelihood of
-    ``x_n`` is ``sum_k z_nk log N(x_n | mu_k, Lambda_k^-1)``, equal to the discrete model's at a
-    one-hot ``z``.
+    With a temperature (the Gumbel-softmax guides), ``z_n`` is a one-hot vector drawn by the
+    Gumbel-softmax trick, relaxed or straight-through (``GumbelSoftmax``), whose density is the
+    discrete ``log pi_k`` of its category, and the likelihood of ``x_n`` is
+    ``sum_k z_nk log N(x_n | mu_k, Lambda_k^-1)``, the discrete model's at a one-hot ``z_n``.
     """
     x = data["x"]
     n = x.shape[0]
@@ -69,20 +77,25 @@ def model(data, config, temperature=None, init=None, num_data=None):
                 obs=x,
             )
         else:
-            z = pyro.sample("z", dist.RelaxedOneHotCategorical(temperature, logits=z_dist.logits))
             component_lp = dist.MultivariateNormal(means, precision_matrix=precisions).log_prob(
                 x.unsqueeze(-2)
             )
+            log_weights = z_dist.logits.expand_as(component_lp)  # unnormalised for sticks
+            z = pyro.sample("z", GumbelSoftmax(temperature, log_weights))
             pyro.factor("x", (z * component_lp).sum(-1))
 
 
 def _global_factors(config, init, x, mean_family):
-    """q(weights or sticks), q(precisions), q(means): shared by every guide."""
+    """q(weights or sticks), q(precisions), q(means): shared by every guide. Returns their
+    parameters (constrained) by name."""
     K, d = config.K, config.dim
     like = dict(dtype=x.dtype, device=x.device)
 
+    params = {}
+
     def param(name, constraint=constraints.real):
-        return pyro.param(name, pyro_param_init(init, name, like), constraint=constraint)
+        params[name] = pyro.param(name, pyro_param_init(init, name, like), constraint=constraint)
+        return params[name]
 
     components = pyro.plate("components", K)
     if config.weight_prior == "dirichlet_process":
@@ -107,34 +120,68 @@ def _global_factors(config, init, x, mean_family):
                 means, scale_tril=param("mean_scale_tril", constraints.lower_cholesky)
             )
         pyro.sample("means", mean_dist)
+    return params
+
+
+def assignment_logits(x, config, params):
+    """Log-probabilities of q(z_n), the CAVI update of q(z) from the global factors ``params``
+    (the independent mean family): ``log rho_nk = E[log pi_k] + E[log N(x_n | mu_k,
+    Lambda_k^-1)] + const``, normalised over ``k``; shape (N, K)."""
+    d = config.dim
+    if config.weight_prior == "dirichlet_process":
+        a, b = params["stick_a"], params["stick_b"]
+        total = torch.digamma(a + b)
+        log_rest = torch.nn.functional.pad(torch.cumsum(torch.digamma(b) - total, -1)[:-1], (1, 0))
+        log_weights = torch.digamma(a) - total + log_rest
+    else:
+        alpha = params["weight_concentration"]
+        log_weights = torch.digamma(alpha) - torch.digamma(alpha.sum())
+    dof, scale_tril = params["dof"], params["scale_tril"]
+    mean, mean_tril = params["mean_loc"], params["mean_scale_tril"]
+    logdet = sum(torch.digamma(0.5 * (dof - i)) for i in range(d)) + d * math.log(2.0)
+    logdet = logdet + 2.0 * torch.diagonal(scale_tril, dim1=-2, dim2=-1).log().sum(-1)
+    # E[(x - mu)^T Lambda (x - mu)] = nu (|T^T (x - m)|^2 + |T^T S|_F^2), W = T T^T, S S^T = Cov mu
+    projected = torch.einsum("kij,nki->nkj", scale_tril, x.unsqueeze(-2) - mean)
+    spread = torch.einsum("kij,kil->kjl", scale_tril, mean_tril).pow(2).sum((-2, -1))
+    quadratic = dof * (projected.pow(2).sum(-1) + spread)
+    return torch.log_softmax(log_weights + 0.5 * logdet - 0.5 * quadratic, -1)
 
 
 def make_guide(name, config, init):
     """Guide ``name`` with parameters initialised from ``init`` (numpy arrays by param name).
 
     ``"enum"``: reparameterised global factors; ``z`` is summed out in the model.
-    ``"gumbel"``: the same, plus q(z_n) = RelaxedOneHotCategorical(temperature, logits_n).
+    ``"gumbel"``: the same, plus q(z_n) = Categorical(rho_n), ``rho_n`` the CAVI update of
+    q(z_n) from the global factors' parameters (:func:`assignment_logits`: no parameter per data
+    point, so it fits on minibatches), drawn as a relaxed one-hot vector (``GumbelSoftmax`` at
+    the annealed temperature; Jang et al., 2017).
+    ``"gumbel-st"``: as ``"gumbel"``, the draw straight-through (one-hot forward, the relaxed
+    draw's gradient).
     ``"cavi"``: the free-form CAVI family (mu_k | Lambda_k Normal-Wishart, q(z) Categorical).
     """
 
     def guide(data, config, temperature=None, num_data=None):
         x = data["x"]
-        if name != "enum" and num_data is not None and num_data != x.shape[0]:
+        if name == "cavi" and num_data is not None and num_data != x.shape[0]:
             raise ValueError(
                 f"Guide {name!r} has a parameter per data point (assignment_logits), so it "
                 "cannot be fitted on minibatches or shards of the data; use guide='enum'."
             )
-        _global_factors(config, init, x, "conditional" if name == "cavi" else "independent")
+        params = _global_factors(
+            config, init, x, "conditional" if name == "cavi" else "independent"
+        )
         if name == "enum":
+            return
+        if name in RELAXED_GUIDES:
+            log_probs = assignment_logits(x, config, params)
+            with data_plate(x.shape[0], num_data):
+                pyro.sample("z", GumbelSoftmax(temperature, log_probs, name == "gumbel-st"))
             return
         logits = pyro.param(
             "assignment_logits",
             pyro_param_init(init, "assignment_logits", dict(dtype=x.dtype, device=x.device)),
         )
         with pyro.plate("data", x.shape[0]):
-            if name == "gumbel":
-                pyro.sample("z", dist.RelaxedOneHotCategorical(temperature, logits=logits))
-            else:
-                pyro.sample("z", dist.Categorical(logits=logits))
+            pyro.sample("z", dist.Categorical(logits=logits))
 
     return guide
