@@ -218,7 +218,7 @@ def get_model(name: str | ModelSpec, *, check: bool = True) -> ModelSpec:
     >>> zoo.get_model("bayesian-gmm")
     Traceback (most recent call last):
     ...
-    ValueError: Unknown model 'bayesian-gmm'; valid models are [...].
+    ValueError: Unknown model 'bayesian-gmm'; valid models are [...]. Did you mean 'bayesian_gmm'?
     """
     if isinstance(name, ModelSpec):
         return name

@@ -20,13 +20,22 @@ class ForkedProcessError(RuntimeError):
     """A NumPyro computation in a process forked from one where JAX had already run.
 
     JAX's runtime holds threads that a fork does not copy, so such a child would wait forever.
-    Start worker processes with ``spawn`` instead::
+    Start worker processes with ``spawn`` instead. Pyro fits run in forked children. A
+    ``RuntimeError``.
 
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn"))
+    Parameters
+    ----------
+    message : str
+        What happened and the start method to use instead.
 
-    A ``RuntimeError``.
+    Examples
+    --------
+    NumPyro fits in a pool of processes started by ``spawn``:
+
+    >>> import multiprocessing
+    >>> from concurrent.futures import ProcessPoolExecutor
+    >>> pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+    >>> pool.shutdown()
     """
 
 
