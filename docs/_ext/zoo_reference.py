@@ -18,15 +18,11 @@ import dataclasses
 import inspect
 from pathlib import Path
 
-from numpydoc.docscrape import NumpyDocString
-from sphinx.util import logging
-
 import inference
 import zoo
 from inference.api import model_options
 from inference.registry import algorithm_source, supporting
 
-logger = logging.getLogger(__name__)
 OUT = Path(__file__).resolve().parents[1] / "_generated"
 
 
@@ -34,6 +30,8 @@ def parameter_docs(obj) -> dict[str, str]:
     """The entries of the numpydoc ``Parameters`` section of ``obj``'s docstring, by name (an
     entry ``a, b : float`` documents both), each as one line of text."""
     out = {}
+    from numpydoc.docscrape import NumpyDocString  # the docs extra's; the tables need none
+
     for entry in NumpyDocString(inspect.getdoc(obj) or "")["Parameters"]:
         for name in entry.name.split(","):
             out[name.strip()] = " ".join(line.strip() for line in entry.desc).strip()
@@ -53,7 +51,9 @@ def _default(value) -> str:
 def _options_table(entries, docs: dict[str, str], where: str) -> list[str]:
     missing = [name for name, _ in entries if not docs.get(name)]
     if missing:
-        logger.warning(  # an error under -W, as the docs are built
+        from sphinx.util import logging  # the docs extra's, as is numpydoc
+
+        logging.getLogger(__name__).warning(  # an error under -W, as the docs are built
             f"{where} does not document the option(s) {missing}: add them to the Parameters "
             "section of its docstring (the documentation is built from it)."
         )
