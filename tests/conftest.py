@@ -25,6 +25,19 @@ REGRESSION_PLUGIN = "bayesian_linear_regression"
 PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "examples" / "extend"
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """For modules of tiny tensors: on more threads than one, torch's operations only wait for
+    each other, which costs milliseconds each on a busy 2-core machine. Use it with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def gmm_data():
     """The built-in 2-D mixture, small enough for exact checks."""

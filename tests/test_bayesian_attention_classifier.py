@@ -34,15 +34,7 @@ def _mask(num_tokens=16):
     return np.abs(i[:, None] - i[None, :]) <= 2
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny networks: a second intra-op thread only adds waiting on a busy machine."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors
 
 
 @pytest.fixture(scope="module")

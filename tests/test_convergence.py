@@ -19,15 +19,7 @@ def _fit_quietly(*args, **kwargs):
     return res, [w for w in caught if issubclass(w.category, inference.ConvergenceWarning)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Small tensors: torch's extra threads only add synchronisation on a busy machine."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors
 
 
 @pytest.fixture(scope="module")

@@ -114,16 +114,7 @@ NEEDS_MNIST = {
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The examples' tensors are tiny: on more threads than one, torch's ops only wait for each
-    other (a CAVI step of the examples' mixture takes 50 times as long on a busy machine)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors
 
 
 def resolve(path: str):

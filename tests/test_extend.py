@@ -30,16 +30,7 @@ ALGORITHM_SOURCE = ROOT / "examples" / "extend_algorithm"
 MODEL = "bayesian_linear_regression"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The plugin's tensors are tiny (3 x 3): extra threads only add synchronisation, which
-    costs milliseconds per operation on a busy 2-core machine."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors
 
 
 def _pip_install(source_dir: Path, tmp: Path) -> Path:
