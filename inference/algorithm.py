@@ -189,6 +189,12 @@ class Algorithm(ABC):
     def get_params(self, state) -> dict[str, np.ndarray]:
         """The fitted parameters (numpy), named as the model's guide or updates name them."""
 
+    def parameters_outside_support(self, state) -> list[str]:
+        """The names of the parameters of ``state`` that are finite but outside their
+        constraint (a positive value rounded to zero by a step that overshot); none by
+        default."""
+        return []
+
     def describe(self, info) -> str | None:
         """What the progress bar shows after a step with this ``info`` (None: the objective
         per data point)."""

@@ -20,7 +20,7 @@ from inference import convergence, streaming
 from inference.algorithm import Problem
 from inference.backends import get_backend
 from inference.checkpoint_guard import check_path, exclusive
-from inference.loop import nonfinite_advice, run
+from inference.loop import final_result, nonfinite_advice, run
 from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms, supporting
 from inference.result import FitResult
 from inference.validation import Validation
@@ -522,7 +522,7 @@ def fit(
             write_checkpoints=lead,
             advice=nonfinite_advice(alg, spec),
         )
-    result = make_result(state, history, converged)
+    result = final_result(make_result, state, history, converged, nonfinite_advice(alg, spec))
     result.timing["wall"] = time.perf_counter() - started
     _warn_unconverged(alg, spec, back.NAME, result, num_steps, tol)
     return result

@@ -99,18 +99,46 @@ NUMERICAL_ERRORS = (ValueError, ArithmeticError, RuntimeError)
 
 
 def nonfinite_parameters(alg, state) -> list[str]:
-    """The names of the parameters of ``state`` that hold NaN or inf (empty when all are
-    finite, or when they cannot be read)."""
+    """The names of the parameters of ``state`` that hold NaN or inf, or that lie outside
+    their constraint (``Algorithm.parameters_outside_support``: a positive value rounded to
+    zero); empty when all are good, or when they cannot be read."""
     try:
         params = alg.get_params(state)
     except Exception:
         return []
+    return sorted({*alg.parameters_outside_support(state), *_nonfinite_names(params)})
+
+
+def _nonfinite_names(params: dict) -> list[str]:
+    """The names of the float arrays of ``params`` that hold NaN or inf."""
     bad = []
     for name, value in params.items():
         value = np.asarray(value)
         if value.dtype.kind in "fc" and not np.isfinite(value).all():
             bad.append(name)
-    return sorted(bad)
+    return bad
+
+
+def final_result(make_result, state, history, converged, advice: str):
+    """The fit's result from its last state, or :class:`NonFiniteObjectiveError` where the
+    parameters cannot be summarised (a singular matrix to invert) or their summary is not
+    finite (a covariance that overflows though its Cholesky factor does not)."""
+    last = history["step"][-1] if history["step"] else 0
+    try:
+        result = make_result(state, history, converged)
+    except (np.linalg.LinAlgError, ArithmeticError) as err:
+        raise NonFiniteObjectiveError(
+            f"The parameters of step {last} cannot be summarised ({type(err).__name__}: "
+            f"{_first_line(err)}); no parameters are kept. {advice}"
+        ) from err
+    bad = _nonfinite_names(result.params)
+    if bad:
+        raise NonFiniteObjectiveError(
+            f"The summary of the parameters of step {last} is not finite ({', '.join(bad)}); "
+            f"error.result holds it as it is. {advice}",
+            result,
+        )
+    return result
 
 
 def _without_last_step(history: dict) -> dict:
@@ -141,7 +169,8 @@ def _nonfinite_error(alg, state, earlier, step, history, make_result, advice, wh
                 result = make_result(state, history, False)
         except NUMERICAL_ERRORS:
             result = None
-    cause = f"; the parameters of step {step} are not finite ({', '.join(bad)})" if bad else ""
+    cause = f"; the parameters of step {step} are not finite or out of range ({', '.join(bad)})"
+    cause = cause if bad else ""
     if kept is not None:
         keep = f"the parameters of step {kept} are kept (error.result)"
     elif result is not None:
@@ -405,5 +434,11 @@ def run(
         raise
     finally:
         bar.close()
+    last = history["step"][-1] if history["step"] else start_step
+    if last > start_step and nonfinite_parameters(alg, state):
+        # The last update left parameters that are not finite though the objective, computed
+        # before it, was: no step is left to see it, so the fit must not end as if it had.
+        what = f"The objective was finite to the last step, {last}"
+        raise _nonfinite_error(alg, state, earlier, last, history, make_result, advice, what)
     save_checkpoint()  # early stops and the last step included
     return state, history, converged

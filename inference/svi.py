@@ -434,6 +434,9 @@ class SVI(Algorithm):
     def get_params(self, state: SVIState) -> dict[str, np.ndarray]:
         return state.engine.params(state.params)
 
+    def parameters_outside_support(self, state: SVIState) -> list[str]:
+        return state.engine.params_outside_support(state.params)
+
     def state_dict(self, state: SVIState):
         skeleton, arrays = state.engine.state_dict(state.params)
         return {"engine": skeleton, "step": state.step}, arrays  # the step sets the temperature

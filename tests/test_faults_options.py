@@ -13,6 +13,8 @@ Kept cheap: the table's fits stop before any step (a step would fail the test, s
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -28,6 +30,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 RNG = np.random.default_rng(0)
 GMM_X = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 40)["x"]
+GMM_X_200 = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0))["x"]
 BINARY_X = (RNG.random((30, 16)) < 0.5).astype(np.float64)
 TOKENS_X = zoo.get_model("exchangeable_tokens").make_data(np.random.default_rng(0), 6)["x"]
 BAM_DATA = zoo.get_model("bam_classifier").make_data(np.random.default_rng(0), 6)
@@ -456,12 +459,69 @@ def test_a_diverging_learning_rate_ends_in_the_nan_guard(model, backend):
     with pytest.raises(NonFiniteObjectiveError, match="Lower the learning rate") as info:
         _fit(model, "svi", backend, lr=1e6, num_steps=5)
     message = str(info.value)
-    assert "are not finite (" in message and "Singular" not in message
+    assert "are not finite or out of range (" in message and "Singular" not in message
     result = info.value.result
     if result is not None:  # the newest parameters that are all finite
         assert all(np.isfinite(v).all() for v in result.raw_params.values())
     if backend == "numpyro":  # functional states: the step before the last is kept
         assert result is not None and "are kept (error.result)" in message
+
+
+@pytest.mark.parametrize(
+    "backend,guide,weight_prior,num_steps",
+    [
+        ("numpyro", "enum", "dirichlet_process", 3),
+        ("numpyro", "gumbel", "dirichlet_process", 3),
+        ("numpyro", "gumbel-st", "dirichlet_distribution", 3),
+        ("numpyro", "enum", "dirichlet_distribution", 3),
+        ("pyro", "enum", "dirichlet_process", 1),
+        ("pyro", "gumbel-st", "dirichlet_process", 2),
+    ],
+)
+def test_a_learning_rate_of_100_ends_in_the_nan_guard(backend, guide, weight_prior, num_steps):
+    """At lr=100 the first step sends the guide's concentrations to about 1e45. NumPyro's next
+    step never ended (the Gamma sampler's gradient sums a series of about sqrt(1e45) terms);
+    Pyro's raised its Wishart's check of a degrees of freedom rounded to its bound; a fit of one
+    step failed summarising its singular matrices."""
+    with pytest.raises(NonFiniteObjectiveError, match="Lower the learning rate"):
+        _fit(
+            "bayesian_gmm",
+            "svi",
+            backend,
+            lr=100.0,
+            num_steps=num_steps,
+            guide=guide,
+            weight_prior=weight_prior,
+        )
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_last_update_that_is_not_finite_is_not_returned(backend):
+    """At lr=100 the objective of step 8 is finite, but its update is not: the fit ended there
+    and returned NaN means and infinite covariances with a finite objective."""
+    with pytest.raises(NonFiniteObjectiveError, match="finite to the last step, 8") as info:
+        inference.fit("gmm", {"x": GMM_X_200}, "svi", backend, lr=100.0, num_steps=8,
+                      tol=0, progress=False)  # fmt: skip
+    assert "parameters of step 7 are kept" in str(info.value) or info.value.result is not None
+
+
+def test_a_summary_that_is_not_finite_is_an_error():
+    """A Cholesky factor of 1e200 is finite; the covariance it summarises to is not."""
+    from inference.loop import final_result
+
+    def summary(state, history, converged):
+        return types.SimpleNamespace(params={"covariances": np.array([state * state])})
+
+    history = {"step": [1, 2], "objective": [-1.0, -1.0], "time": [0.0, 0.0]}
+    with pytest.raises(NonFiniteObjectiveError, match=r"step 2 is not finite \(covariances\)"):
+        final_result(summary, 1e200, history, False, "Lower it.")
+    assert final_result(summary, 2.0, history, False, "").params["covariances"] == [4.0]
+
+    def singular(state, history, converged):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+    with pytest.raises(NonFiniteObjectiveError, match="cannot be summarised .*Singular"):
+        final_result(singular, 0.0, history, False, "Lower it.")
 
 
 class Divergent:
@@ -485,6 +545,9 @@ class Divergent:
     def get_params(self, state):
         return {"scale": np.asarray(state)}
 
+    def parameters_outside_support(self, state):
+        return []
+
     def describe(self, info):
         return None
 
@@ -503,7 +566,10 @@ def test_the_nan_guard_keeps_the_last_finite_parameters(raises):
         run(Divergent(raises), 1.0, num_steps=10, tol=None, num_data=1, progress=False,
             make_result=_summary, advice="Lower it.")  # fmt: skip
     message = str(info.value)
-    assert "step 4" in message.lower() and "parameters of step 3 are not finite (scale)" in message
+    assert (
+        "step 4" in message.lower()
+        and "parameters of step 3 are not finite or out of range (scale)" in message
+    )
     assert info.value.result == {"scale": 4.0, "steps": 2}  # step 2's, the last finite ones
     assert isinstance(info.value.__cause__, ValueError) == raises
 

@@ -39,10 +39,46 @@ __all__ = [
     "RelaxedOneHotCategorical",
     "StickBreakingCategorical",
     "StickBreakingTransform",
+    "MAX_CONCENTRATION",
     "lower_cholesky",
+    "sampleable_concentration",
     "simplex",
     "stick_breaking_log_weights",
 ]
+
+
+#: The largest concentration the zoo's guides hand to JAX's Gamma sampler (Beta, Dirichlet and
+#: Wishart draws go through it). A posterior's concentration is its prior's plus a count of data
+#: points, so a larger one means the optimiser has left the model's range (a learning rate far
+#: too high); and there the pathwise gradient of a Gamma draw sums a series of about
+#: sqrt(concentration) terms, which from about 1e16 on does not end in practice.
+MAX_CONCENTRATION = 1e10
+
+
+def sampleable_concentration(concentration):
+    """``concentration`` where it is at most :data:`MAX_CONCENTRATION`, else NaN.
+
+    The step's objective then turns NaN and the fit stops with a clear error, instead of the
+    Gamma sampler's gradient looping without end. Values in range pass through unchanged, with
+    their gradients.
+
+    Parameters
+    ----------
+    concentration : array
+        A Gamma, Beta, Dirichlet or Wishart concentration about to be sampled from.
+
+    Returns
+    -------
+    array
+        The same values, NaN where they exceed :data:`MAX_CONCENTRATION`.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> sampleable_concentration(jnp.array([2.0, 1e20])).tolist()
+    [2.0, nan]
+    """
+    return jnp.where(concentration <= MAX_CONCENTRATION, concentration, jnp.nan)
 
 
 def stick_breaking_log_weights(sticks):

@@ -544,6 +544,11 @@ class SVIEngine:
     def params(self, state) -> dict[str, np.ndarray]:
         return flatten_params(self._compiled.get_params(state))
 
+    def params_outside_support(self, state) -> list[str]:
+        """None are reported: NumPyro does not check a distribution's parameters, and one out
+        of its support makes the objective NaN, which the loop reports."""
+        return []
+
     def elbo(self, state, num_particles: int, seed: int, temperature=None) -> float:
         value = self._compiled.elbo(self.elbo_name, int(num_particles))(
             state, jax.random.PRNGKey(seed), self.data, self._arrays, temperature

@@ -345,6 +345,17 @@ class SVIEngine:
         # Copies: a CPU tensor's numpy view would follow the optimiser's in-place updates.
         return {canonical_name(name): to_numpy(store[name]).copy() for name in store.keys()}
 
+    def params_outside_support(self, state=None) -> list[str]:
+        """The parameters whose constrained values fail their constraint's check (a value
+        ``> 1`` rounded to exactly 1, which Pyro's distributions then refuse)."""
+        store = pyro.get_param_store()
+        with torch.no_grad():
+            return sorted(
+                canonical_name(name)
+                for name in store.keys()
+                if not bool(store._constraints[name].check(store[name]).all())
+            )
+
     def elbo(self, state, num_particles: int, seed: int, temperature=None) -> float:
         """A fresh Monte-Carlo ELBO estimate at the current parameters (no gradient step)."""
         loss = make_elbo(self.elbo_name, num_particles)

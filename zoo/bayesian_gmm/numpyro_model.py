@@ -17,6 +17,7 @@ from zoo.distributions import (
     StickBreakingCategorical,
     Wishart,
     lower_cholesky,
+    sampleable_concentration,
 )
 from zoo.plates import numpyro_data_plate as data_plate
 
@@ -105,16 +106,19 @@ def _global_factors(config, init, x, mean_family):
         a = param("stick_a", constraints.positive)
         b = param("stick_b", constraints.positive)
         with numpyro.plate("components", K):
-            numpyro.sample("sticks", dist.Beta(a, b))
+            numpyro.sample(
+                "sticks", dist.Beta(sampleable_concentration(a), sampleable_concentration(b))
+            )
     else:
-        numpyro.sample(
-            "weights", dist.Dirichlet(param("weight_concentration", constraints.positive))
-        )
+        alpha = param("weight_concentration", constraints.positive)
+        numpyro.sample("weights", dist.Dirichlet(sampleable_concentration(alpha)))
     dof = param("dof", constraints.greater_than(d - 1.0))
     scale_tril = param("scale_tril", lower_cholesky)
     means = param("mean_loc")
     with numpyro.plate("components", K):
-        precisions = numpyro.sample("precisions", Wishart(dof, scale_tril=scale_tril))
+        precisions = numpyro.sample(
+            "precisions", Wishart(sampleable_concentration(dof), scale_tril=scale_tril)
+        )
         if mean_family == "conditional":  # the CAVI family: mu_k | Lambda_k
             beta = param("mean_precision", constraints.positive)
             mean_dist = dist.MultivariateNormal(
