@@ -425,6 +425,8 @@ def fit(
         init=init,
         given=given,
     )
+    if source is not None:  # later minibatches are checked against the config's bounds too
+        source.config = problem.config
     state = alg.init(problem, opts)
     if checkpoint is not None and alg.unsaveable(state):
         raise ValueError(alg.unsaveable(state))

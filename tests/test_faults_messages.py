@@ -1,0 +1,96 @@
+"""Fault injection: errors that say what to fix. A fault the user made (a NaN in a row of a file,
+a label out of range in a later minibatch, a partial or non-finite ``init=``, a device that is
+not there, a request that cannot fit in memory, an extreme model option) is named as the user
+gave it, not reported as a place in a minibatch, a tracer's internals, a bare assertion, an
+allocation failure deep in a backend, or a divergence blamed on the learning rate.
+
+Kept cheap: tiny data, a few steps; most faults are found before the first step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import inference
+import zoo
+from inference.minibatch import PermutedBatches
+from inference.streaming import DataError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+BACKENDS = ["pyro", "numpyro"]
+GMM_X = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 40)["x"]
+BAM = zoo.get_model("bam_classifier")
+
+
+def _memmap(tmp_path, name, array):
+    np.save(tmp_path / f"{name}.npy", array)
+    return np.load(tmp_path / f"{name}.npy", mmap_mode="r")
+
+
+def _row_of_step(step, num_data=40, batch_size=10, seed=0):
+    """A row of the user's array that the minibatch of ``step`` (0-based) holds, not its first."""
+    return int(PermutedBatches(num_data, batch_size, seed).indices(step)[3])
+
+
+# --- item: rows of the user's array, ranges of integer fields, in later minibatches ----------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_nan_in_a_memory_mapped_array_names_its_row_in_the_array(backend, tmp_path):
+    row = _row_of_step(1)
+    x = GMM_X.copy()
+    x[row, 1] = np.nan
+    with pytest.raises(
+        DataError, match=rf"step 2 .*data\['x'\] contains NaN or inf in 1 row\(s\): {row}\."
+    ):
+        inference.fit(
+            "bayesian_gmm", {"x": _memmap(tmp_path, "x", x)}, "svi", backend, K=2,
+            batch_size=10, num_steps=3, progress=False,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_nan_in_a_streamed_minibatch_names_its_row_in_the_stream(backend):
+    second = GMM_X[20:].copy()
+    second[3, 0] = np.inf
+    with pytest.raises(DataError, match=r"step 2 .*NaN or inf in 1 row\(s\): 23\."):
+        inference.fit(
+            "bayesian_gmm", iter([GMM_X[:20], second]), "svi", backend, K=2, num_data=40,
+            num_steps=2, progress=False,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_label_out_of_range_in_a_later_minibatch_names_field_row_and_range(backend, tmp_path):
+    data = BAM.make_data(np.random.default_rng(0), 40)
+    row = _row_of_step(2)
+    data["y"][row] = 12
+    files = {k: _memmap(tmp_path, k, v) for k, v in data.items()}
+    with pytest.raises(DataError) as caught:
+        inference.fit(
+            "bam_classifier", files, "svi", backend, batch_size=10, num_steps=4,
+            progress=False, **BAM.example_options,
+        )  # fmt: skip
+    message = str(caught.value)
+    assert "step 3" in message and "data['y']" in message and "[0, 10)" in message
+    assert "num_classes=10" in message and f"got 12 in 1 row(s): {row}." in message
+    assert "learning rate" not in message
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_latent_label_out_of_range_in_a_later_streamed_minibatch_is_named(backend):
+    spec = zoo.get_model("exchangeable_tokens")
+    data = spec.make_data(np.random.default_rng(0), 8)
+    data["z"] = np.zeros(8, dtype=np.int64)
+    data["z"][6] = 3  # K=3: labels 0..2
+    halves = [{k: v[:4] for k, v in data.items()}, {k: v[4:] for k, v in data.items()}]
+    with pytest.raises(
+        DataError,
+        match=r"step 2 .*data\['z'\] must hold values in \[0, 3\) \(K=3\); got 3 in 1 row\(s\): 6\.",
+    ):
+        inference.fit(
+            "exchangeable_tokens", iter(halves), "svi", backend, K=3, num_data=8,
+            num_steps=2, objective="supervised", progress=False,
+        )  # fmt: skip
