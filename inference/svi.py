@@ -376,7 +376,7 @@ class SVI(Algorithm):
         updates start from responsibilities, one update from the initial responsibilities;
         else None (the model's own seeded initialisation)."""
         if isinstance(init, Mapping):
-            given = {k: np.asarray(v) for k, v in init.items()}
+            given = _finite_start(init)
             default = start_values(problem, None)
             if default is None:  # a network's own checks see to its names
                 return given
@@ -518,9 +518,25 @@ def _checked_start(problem, given, default):
                 f"init[{key!r}] must have shape {default[key].shape} for this configuration "
                 f"and the data's width; got {value.shape}."
             )
-        if value.dtype.kind not in "fiu" or not np.isfinite(value).all():
-            raise ValueError(f"init[{key!r}] must hold finite numbers.")
     return {**default, **given}
+
+
+def _finite_start(init) -> dict[str, np.ndarray]:
+    """``init``'s arrays, each refused up front when it holds NaN or inf (or no numbers): a
+    start that is not finite would end the first step as a non-finite objective, blamed on the
+    learning rate."""
+    given = {k: np.asarray(v) for k, v in init.items()}
+    for key, value in given.items():
+        if value.dtype.kind not in "fiu":
+            raise ValueError(f"init[{key!r}] must hold numbers; got dtype {value.dtype}.")
+        bad = int(np.size(value) - np.isfinite(value).sum())
+        if bad:
+            raise ValueError(
+                f"init[{key!r}] must hold finite numbers; it holds {bad} NaN or inf value(s) "
+                f"of {np.size(value)} (a fit that diverged leaves such parameters: start from "
+                "an earlier result, or leave init=None)."
+            )
+    return given
 
 
 def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):

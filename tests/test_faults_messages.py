@@ -94,3 +94,79 @@ def test_a_latent_label_out_of_range_in_a_later_streamed_minibatch_is_named(back
             "exchangeable_tokens", iter(halves), "svi", backend, K=3, num_data=8,
             num_steps=2, objective="supervised", progress=False,
         )  # fmt: skip
+
+
+# --- item: init= partial, non-finite or wrongly shaped ----------------------------------------
+
+NETWORKS = {  # model: (data, options, an init key to damage)
+    "vae": (
+        {"x": (np.random.default_rng(0).random((12, 16)) < 0.5).astype(np.float64)},
+        {"latent_dim": 2, "hidden": (4,)},
+        "decoder.body.hidden.0.bias",
+    ),
+    "exchangeable_tokens": (
+        zoo.get_model("exchangeable_tokens").make_data(np.random.default_rng(0), 6),
+        {"K": 3},
+        "posterior.attention.k_bias",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def raw_params():
+    """A one-step fit's raw_params per (model, backend): a complete init to damage."""
+    cache = {}
+
+    def get(model, backend):
+        if (model, backend) not in cache:
+            data, options, _ = NETWORKS.get(model, ({"x": GMM_X}, {"K": 2}, None))
+            fitted = inference.fit(
+                model, data, "svi", backend, num_steps=1, progress=False, **options
+            )
+            cache[model, backend] = {k: np.array(v) for k, v in fitted.raw_params.items()}
+        return dict(cache[model, backend])
+
+    return get
+
+
+def _fit_from(model, backend, init):
+    data, options, _ = NETWORKS.get(model, ({"x": GMM_X}, {"K": 2}, None))
+    return inference.fit(
+        model, data, "svi", backend, num_steps=2, progress=False, init=init, **options
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("model", sorted(NETWORKS))
+def test_a_partial_init_names_the_missing_keys_and_those_accepted(model, backend, raw_params):
+    init = raw_params(model, backend)
+    key = NETWORKS[model][2]
+    del init[key]
+    with pytest.raises(ValueError) as caught:
+        _fit_from(model, backend, init)
+    message = str(caught.value).splitlines()[0]
+    assert f"missing [{key!r}]" in message
+    assert "init must hold every one of" in message and repr(sorted(init)[0]) in message
+    assert "Tracer" not in message and "tensor(" not in message
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("model", [*sorted(NETWORKS), "bayesian_gmm"])
+def test_a_non_finite_init_is_refused_up_front_naming_its_key(model, backend, raw_params):
+    init = raw_params(model, backend)
+    key = NETWORKS[model][2] if model in NETWORKS else "dof"
+    init[key] = np.full(init[key].shape, np.nan)
+    with pytest.raises(ValueError, match=rf"init\[{key!r}\] must hold finite numbers; it holds \d+ NaN or inf"):
+        _fit_from(model, backend, init)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("model", sorted(NETWORKS))
+def test_a_wrongly_shaped_init_names_its_key_and_both_shapes(model, backend, raw_params):
+    init = raw_params(model, backend)
+    key = NETWORKS[model][2]
+    expected = init[key].shape
+    init[key] = np.zeros(expected + (2,))
+    wrong = rf"init\[{key!r}\] has shape \({expected[0]}, 2\), expected \({expected[0]},\)"
+    with pytest.raises(ValueError, match=wrong):
+        _fit_from(model, backend, init)
