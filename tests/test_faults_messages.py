@@ -9,6 +9,11 @@ Kept cheap: tiny data, a few steps; most faults are found before the first step.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -19,6 +24,7 @@ from inference.streaming import DataError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
+ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ["pyro", "numpyro"]
 GMM_X = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 40)["x"]
 BAM = zoo.get_model("bam_classifier")
@@ -170,3 +176,49 @@ def test_a_wrongly_shaped_init_names_its_key_and_both_shapes(model, backend, raw
     wrong = rf"init\[{key!r}\] has shape \({expected[0]}, 2\), expected \({expected[0]},\)"
     with pytest.raises(ValueError, match=wrong):
         _fit_from(model, backend, init)
+
+
+# --- item: a GPU asked for where there is none ------------------------------------------------
+
+
+def _has_gpu(backend) -> bool:
+    if backend == "pyro":
+        import torch
+
+        return torch.cuda.device_count() > 0
+    import jax
+
+    return any(d.platform == "gpu" for d in jax.devices())
+
+
+@pytest.mark.parametrize("algorithm", ["svi", "cavi"])
+def test_jax_platforms_cuda_without_a_gpu_says_what_to_set(algorithm, tmp_path):
+    script = (
+        "import numpy as np, inference\n"
+        "x = np.random.default_rng(0).normal(size=(20, 2))\n"
+        f"inference.fit('bayesian_gmm', {{'x': x}}, {algorithm!r}, 'numpyro', K=2,"
+        " num_steps=1, progress=False)\n"
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cuda", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    if done.returncode == 0:
+        pytest.skip("JAX found a CUDA device here")
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: JAX cannot start the platform(s) JAX_PLATFORMS='cuda'")
+    assert "no CUDA device is visible to JAX" in last
+    assert "Unset JAX_PLATFORMS, or set JAX_PLATFORMS=cpu" in last
+
+
+@pytest.mark.parametrize("device", ["cuda", "gpu"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_gpu_asked_for_where_there_is_none_says_so(backend, device):
+    if _has_gpu(backend):
+        pytest.skip("a GPU is there")
+    engine = "torch" if backend == "pyro" else "JAX"
+    with pytest.raises(ValueError, match=f"{device}.*no CUDA device is visible to {engine}"):
+        inference.fit(
+            "bayesian_gmm", {"x": GMM_X}, "svi", backend, K=2, num_steps=1, device=device,
+            progress=False,
+        )  # fmt: skip
