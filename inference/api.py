@@ -522,7 +522,7 @@ def fit(
             make_result=make_result,
             validation=validation,
             write_checkpoints=lead,
-            advice=nonfinite_advice(alg, spec),
+            advice=nonfinite_advice(alg, spec, {**own, **model_opts}),
         )
     result = make_result(state, history, converged)
     result.timing["wall"] = time.perf_counter() - started

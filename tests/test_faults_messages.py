@@ -162,7 +162,9 @@ def test_a_non_finite_init_is_refused_up_front_naming_its_key(model, backend, ra
     init = raw_params(model, backend)
     key = NETWORKS[model][2] if model in NETWORKS else "dof"
     init[key] = np.full(init[key].shape, np.nan)
-    with pytest.raises(ValueError, match=rf"init\[{key!r}\] must hold finite numbers; it holds \d+ NaN or inf"):
+    with pytest.raises(
+        ValueError, match=rf"init\[{key!r}\] must hold finite numbers; it holds \d+ NaN or inf"
+    ):
         _fit_from(model, backend, init)
 
 
@@ -222,3 +224,27 @@ def test_a_gpu_asked_for_where_there_is_none_says_so(backend, device):
             "bayesian_gmm", {"x": GMM_X}, "svi", backend, K=2, num_steps=1, device=device,
             progress=False,
         )  # fmt: skip
+
+
+# --- item: a divergence caused by an extreme option names it before the generic advice ---------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("option", ["mean_precision_prior", "degrees_of_freedom_prior"])
+def test_a_divergence_from_an_extreme_option_names_it_first(option, backend):
+    with pytest.raises(inference.NonFiniteObjectiveError) as caught:
+        inference.fit(
+            "bayesian_gmm", {"x": GMM_X}, "svi", backend, K=2, num_steps=5, progress=False,
+            **{option: 1e300},
+        )  # fmt: skip
+    message = str(caught.value)
+    named = message.find(f"{option}=1e+300 have extreme values")
+    assert 0 <= named < message.find("Lower the learning rate")
+
+
+def test_ordinary_options_are_never_called_extreme():
+    from inference.loop import extreme_options
+
+    ordinary = {"K": 10**9, "lr": 0.01, "reg_covar": 0.0, "temperature": (1.0, 0.5), "guide": "x"}
+    assert extreme_options(ordinary) == []
+    assert extreme_options({"prior": np.array([1.0, 1e-30])}) == ["prior=array([1.e+00, 1.e-30])"]
