@@ -248,3 +248,22 @@ def test_ordinary_options_are_never_called_extreme():
     ordinary = {"K": 10**9, "lr": 0.01, "reg_covar": 0.0, "temperature": (1.0, 0.5), "guide": "x"}
     assert extreme_options(ordinary) == []
     assert extreme_options({"prior": np.array([1.0, 1e-30])}) == ["prior=array([1.e+00, 1.e-30])"]
+
+
+# --- item: memory estimated before allocating ---------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_too_many_particles_are_refused_with_the_memory_they_need(backend):
+    from zoo.memory import InsufficientMemoryError
+
+    x = np.random.default_rng(0).normal(size=(1000, 2))
+    with pytest.raises(InsufficientMemoryError) as caught:
+        inference.fit(
+            "bayesian_gmm", {"x": x}, "svi", backend, K=2, num_particles=10**7, num_steps=1,
+            progress=False,
+        )  # fmt: skip
+    message = str(caught.value)
+    assert "num_particles=10,000,000 on 1,000 rows a step would need at least" in message
+    assert "GiB available" in message and "Pass num_particles <= " in message
+    assert isinstance(caught.value, MemoryError) and isinstance(caught.value, ValueError)
