@@ -425,6 +425,8 @@ def fit(
         init=init,
         given=given,
     )
+    if source is not None:  # later minibatches are checked against the config's bounds too
+        source.config = problem.config
     state = alg.init(problem, opts)
     if checkpoint is not None and alg.unsaveable(state):
         raise ValueError(alg.unsaveable(state))
@@ -520,7 +522,7 @@ def fit(
             make_result=make_result,
             validation=validation,
             write_checkpoints=lead,
-            advice=nonfinite_advice(alg, spec),
+            advice=nonfinite_advice(alg, spec, {**own, **model_opts}),
         )
     result = final_result(make_result, state, history, converged, nonfinite_advice(alg, spec))
     result.timing["wall"] = time.perf_counter() - started

@@ -180,10 +180,46 @@ def _nonfinite_error(alg, state, earlier, step, history, make_result, advice, wh
     return NonFiniteObjectiveError(f"{what}{cause}; {keep}. {advice}", result)
 
 
-def nonfinite_advice(alg, spec) -> str:
-    """What to try when a fit's objective turns non-finite: the algorithm's advice (a step
-    size), then the model's (a singular covariance: raise reg_covar), or a default."""
-    return " ".join(a for a in (alg.traits.advice, spec.numerical_advice or DEFAULT_ADVICE) if a)
+#: Magnitudes of a float option beyond which it is named as the likely cause of a non-finite
+#: objective. Products of two such numbers, or of one and a reciprocal, leave float32's range
+#: (about 1e-38..3e38) and the squares of them float64's precision; the zoo's options (priors,
+#: temperatures, learning rates, regularisation) are sensible well inside it.
+EXTREME_BELOW, EXTREME_ABOVE = 1e-8, 1e8
+
+
+def extreme_options(options: dict) -> list[str]:
+    """``name=value`` for each option given whose floats include a non-zero magnitude outside
+    ``EXTREME_BELOW..EXTREME_ABOVE`` (ints, bools and strings are never extreme: sizes, flags,
+    names)."""
+    named = []
+    for name, value in options.items():
+        try:
+            numbers = np.asarray(value, dtype=object).ravel()
+        except (TypeError, ValueError):
+            continue
+        floats = np.array(
+            [v for v in numbers if isinstance(v, float | np.floating)], dtype=np.float64
+        )
+        size = np.abs(floats[floats != 0])
+        if np.any(~np.isfinite(size) | (size < EXTREME_BELOW) | (size > EXTREME_ABOVE)):
+            named.append(f"{name}={value!r}")
+    return named
+
+
+def nonfinite_advice(alg, spec, given: dict | None = None) -> str:
+    """What to try when a fit's objective turns non-finite: first the options the user
+    ``given`` whose values are extreme (the likely cause, which no step size cures), then the
+    algorithm's advice (a step size), then the model's (a singular covariance: raise
+    reg_covar), or a default."""
+    extreme = extreme_options(given or {})
+    cause = (
+        f"The option(s) {', '.join(extreme)} have extreme values (a magnitude outside "
+        f"{EXTREME_BELOW:g}..{EXTREME_ABOVE:g}), the likely cause: try values nearer 1."
+        if extreme
+        else ""
+    )
+    advice = (cause, alg.traits.advice, spec.numerical_advice or DEFAULT_ADVICE)
+    return " ".join(a for a in advice if a)
 
 
 def _first_line(err: BaseException, limit: int = 200) -> str:

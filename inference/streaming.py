@@ -19,8 +19,9 @@
 
 Data-dependent model defaults (e.g. the GMM's ``mean_prior`` and ``covariance_prior``) and the
 initial responsibilities come from the first minibatch when the data are not in memory; pass the
-priors explicitly to fix them. Every minibatch is checked: NaN or inf is a :class:`DataError`
-that names the step.
+priors explicitly to fix them. Every minibatch is checked: NaN or inf, or an integer field out of
+its bounds (a label past ``num_classes``), is a :class:`DataError` that names the step and the
+rows of the data set (of the array, or counted from the stream's first row).
 """
 
 from __future__ import annotations
@@ -130,10 +131,16 @@ def release(array) -> None:
     _advise(array, "MADV_DONTNEED")
 
 
-def _checked(spec, batch, step: int) -> dict[str, np.ndarray]:
-    """The model's data contract (keys, ranks, dtypes, finite values) on one minibatch."""
+def _checked(spec, batch, step: int, row_ids, config=None) -> dict[str, np.ndarray]:
+    """The model's data contract (keys, ranks, dtypes, finite values) on one minibatch, and once
+    the model's config is known its fields' bounds (a label past ``num_classes`` that only a
+    later minibatch holds); messages name the rows of the user's data (``row_ids``), not the
+    places in the minibatch."""
     try:
-        return spec.validate_data(batch)
+        out = spec.validate_data(batch, row_ids=row_ids)
+        if config is not None:
+            spec.check_bounds(out, config, row_ids=row_ids)
+        return out
     except (TypeError, ValueError) as err:
         raise DataError(f"The minibatch of step {step + 1} is not valid: {err}") from err
 
@@ -165,6 +172,7 @@ class ArraySource:
         if len(set(lengths.values())) != 1:
             raise ValueError(f"data arrays must have the same number of rows; got {lengths}.")
         self.spec, self.data = spec, dict(data)
+        self.config = None  # the model's config, once prepared: its bounds are checked per batch
         self.num_data = next(iter(lengths.values()))
         if batch_size is None:
             if any(isinstance(v, np.memmap) for v in data.values()):
@@ -182,7 +190,8 @@ class ArraySource:
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         rows = self.batches.indices(step)
-        return _checked(self.spec, {k: self._gather(v, rows) for k, v in self.data.items()}, step)
+        batch = {k: self._gather(v, rows) for k, v in self.data.items()}
+        return _checked(self.spec, batch, step, rows, self.config)
 
     def _gather(self, value, rows) -> np.ndarray:
         """``value[rows]``; from a mapped file by ``pread``, else in runs of rows whose pages are
@@ -250,7 +259,9 @@ class StreamSource:
             raise ValueError(f"num_data must be an int in the range [1, inf); got {num_data}.")
         self.spec, self.num_data, self.num_steps = spec, int(num_data), int(num_steps)
         self._it = iter(stream)
+        self.config = None  # the model's config, once prepared: its bounds are checked per batch
         self.consumed = 0  # minibatches read from the stream
+        self.rows_read = 0  # rows of those minibatches: where the next one starts in the data
         self._first = None
         self.batch_size = None
 
@@ -273,7 +284,9 @@ class StreamSource:
                     f"{type(item).__name__}."
                 )
             item = {keys[0]: item}
-        return item
+        first_row = self.rows_read
+        self.rows_read += (np.shape(next(iter(item.values()), ())) or (0,))[0]
+        return item, first_row
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         if step == 0 and self._first is not None:
@@ -282,7 +295,9 @@ class StreamSource:
             self._next(self.consumed)
         if self.consumed > step:
             raise DataError(f"The stream is past step {step + 1}; it cannot be rewound.")
-        out = _checked(self.spec, self._next(step), step)
+        item, first_row = self._next(step)
+        rows = np.arange(first_row, self.rows_read)  # the rows of the data set it holds
+        out = _checked(self.spec, item, step, rows, self.config)
         if self._first is not None:
             for key, value in out.items():
                 if value.shape[1:] != self._first[key].shape[1:]:

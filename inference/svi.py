@@ -42,6 +42,7 @@ from inference.backends import get_backend
 from inference.closed_form import start_values
 from inference.minibatch import EpochBatches, binarize, check_grey_levels
 from zoo import get_model
+from zoo.memory import available_memory, check_fits
 
 #: The objectives SVI maximises (``elbo=``). ``"trace"``: the Monte-Carlo ELBO; ``"meanfield"``:
 #: the ELBO with analytic KL terms where the guide and prior admit one; ``"iwae"``: the
@@ -320,6 +321,7 @@ class SVI(Algorithm):
             model = functools.partial(model, num_data=bound_num_data)
             guide_fn = functools.partial(guide_fn, num_data=bound_num_data)
         batch_rows = batches.batch_size if batches is not None else None
+        source_rows = source.batch_size if source is not None else problem.num_data
         if shard is not None:
             rank, world = shard
             rows = batch_rows or (None if source is not None else problem.num_data)
@@ -331,6 +333,7 @@ class SVI(Algorithm):
                 )
             if batches is None and source is None:  # full batch: each process keeps its share
                 data = {k: v[_share(problem.num_data, shard)] for k, v in data.items()}
+        _check_particle_memory(problem, options.num_particles, batch_rows or source_rows)
         enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
         if enumerated:
             _check_enumerable(back.NAME, config, guide)
@@ -376,7 +379,7 @@ class SVI(Algorithm):
         updates start from responsibilities, one update from the initial responsibilities;
         else None (the model's own seeded initialisation)."""
         if isinstance(init, Mapping):
-            given = {k: np.asarray(v) for k, v in init.items()}
+            given = _finite_start(init)
             default = start_values(problem, None)
             if default is None:  # a network's own checks see to its names
                 return given
@@ -521,9 +524,39 @@ def _checked_start(problem, given, default):
                 f"init[{key!r}] must have shape {default[key].shape} for this configuration "
                 f"and the data's width; got {value.shape}."
             )
-        if value.dtype.kind not in "fiu" or not np.isfinite(value).all():
-            raise ValueError(f"init[{key!r}] must hold finite numbers.")
     return {**default, **given}
+
+
+def _check_particle_memory(problem, num_particles: int, rows: int) -> None:
+    """Refuse ``num_particles`` whose step could not fit in memory. A lower bound: every
+    particle scores each observed number of the step's ``rows`` at least once, and reverse-mode
+    differentiation keeps that value and makes its gradient (twice the numbers)."""
+    per_row = sum(int(np.prod(v.shape[1:], dtype=np.int64)) for v in problem.data.values())
+    per_particle = 2 * rows * per_row * np.dtype(problem.dtype).itemsize
+    check_fits(
+        int(num_particles) * per_particle,
+        f"num_particles={num_particles:,} on {rows:,} rows a step",
+        f"Pass num_particles <= {max(1, (available_memory() or 0) // per_particle):,}, or a "
+        "smaller batch_size.",
+    )
+
+
+def _finite_start(init) -> dict[str, np.ndarray]:
+    """``init``'s arrays, each refused up front when it holds NaN or inf (or no numbers): a
+    start that is not finite would end the first step as a non-finite objective, blamed on the
+    learning rate."""
+    given = {k: np.asarray(v) for k, v in init.items()}
+    for key, value in given.items():
+        if value.dtype.kind not in "fiu":
+            raise ValueError(f"init[{key!r}] must hold numbers; got dtype {value.dtype}.")
+        bad = int(np.size(value) - np.isfinite(value).sum())
+        if bad:
+            raise ValueError(
+                f"init[{key!r}] must hold finite numbers; it holds {bad} NaN or inf value(s) "
+                f"of {np.size(value)} (a fit that diverged leaves such parameters: start from "
+                "an earlier result, or leave init=None)."
+            )
+    return given
 
 
 def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):

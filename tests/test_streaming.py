@@ -97,7 +97,10 @@ def test_stream_that_ends_early_saves_and_resumes(tmp_path, gmm_data):
 def test_nan_in_a_minibatch_names_the_step(tmp_path, gmm_data, backend):
     path = tmp_path / "run.zoo"
     stream = same_batches(gmm_data, 0, 10, nan_at=6)
-    with pytest.raises(DataError, match=r"minibatch of step 7 .*NaN or inf in 1 row\(s\): 7"):
+    # Row 7 of the seventh minibatch of B rows: row 6 * B + 7 of the stream.
+    with pytest.raises(
+        DataError, match=rf"minibatch of step 7 .*NaN or inf in 1 row\(s\): {6 * B + 7}\."
+    ):
         fit(stream, backend, num_data=N, num_steps=10, checkpoint=path, checkpoint_every=100)
     assert load_checkpoint(path)[0]["step"] == 6
 

@@ -106,15 +106,43 @@ def check_dtype(dtype: str) -> str:
     return dtype
 
 
+#: Why a GPU asked for is not there, by backend.
+NO_GPU = {
+    "pyro": "no CUDA device is visible to torch (no GPU here, or a torch built without CUDA)",
+    "numpyro": "no CUDA device is visible to JAX (no GPU here, or a jaxlib without CUDA "
+    "support: pip install 'jax[cuda12]')",
+}
+
+
 def available(backend: str) -> list[str]:
     if backend == "pyro":
         import torch
 
         return ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return [f"{d.platform}:{d.id}" for d in _jax_devices()] + ["cpu"]
+
+
+def _jax_devices(platform: str | None = None) -> list:
+    """``jax.devices(platform)``, [] for a platform that is not there. JAX_PLATFORMS naming one
+    that cannot start (``cuda`` on a machine without a GPU) makes every call fail deep in JAX
+    (a bare ``AssertionError``, then ``RuntimeError``s): that is a ``ValueError`` saying what to
+    set."""
     reserve_host_threads()
     import jax
 
-    return [f"{d.platform}:{d.id}" for d in jax.devices()] + ["cpu"]
+    try:
+        return jax.devices(platform)
+    except (AssertionError, RuntimeError) as err:
+        forced = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms
+        if forced and "cpu" not in forced.split(","):
+            raise ValueError(
+                f"JAX cannot start the platform(s) JAX_PLATFORMS={forced!r} names: "
+                f"{NO_GPU['numpyro']}. Unset JAX_PLATFORMS, or set JAX_PLATFORMS=cpu, to fit "
+                "on the CPU." + (f" (JAX: {str(err).strip()[:200]})" if str(err).strip() else "")
+            ) from err
+        if platform is None:
+            raise
+        return []
 
 
 def resolve(backend: str, device: str = "cpu"):
@@ -127,6 +155,12 @@ def resolve(backend: str, device: str = "cpu"):
 def _torch_device(device):
     import torch
 
+    if str(device).partition(":")[0] == "gpu":  # NumPyro's name; torch's is "cuda"
+        none = f"; and {NO_GPU['pyro']}" if not torch.cuda.device_count() else ""
+        raise ValueError(
+            f"Unknown device {device!r} for Pyro, which names GPUs 'cuda' or 'cuda:N'{none}; "
+            f"available: {available('pyro')}."
+        )
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
@@ -134,26 +168,28 @@ def _torch_device(device):
     if dev.type == "cuda":
         index = 0 if dev.index is None else dev.index
         if index >= torch.cuda.device_count():
-            raise ValueError(f"Device {device!r} is not available; available: {available('pyro')}.")
+            raise ValueError(_unavailable(device, "pyro", torch.cuda.device_count()))
         return torch.device("cuda", index)
     if dev.type != "cpu":
         raise ValueError(f"Unknown device {device!r}; available: {available('pyro')}.")
     return dev
 
 
-def _jax_device(device):
-    reserve_host_threads()
-    import jax
+def _unavailable(device, backend: str, num_gpus: int) -> str:
+    """Why ``device`` (a GPU) is not there: none at all, or fewer than its index needs."""
+    why = NO_GPU[backend] if num_gpus == 0 else f"only {num_gpus} GPU(s) are visible"
+    return f"Device {device!r} is not available: {why}; available: {available(backend)}."
 
+
+def _jax_device(device):
     name, colon, index = str(device).partition(":")
     if colon and not index.isdigit():
         raise ValueError(f"Unknown device {device!r}; available: {available('numpyro')}.")
     platform = {"cuda": "gpu", "gpu": "gpu", "cpu": "cpu"}.get(name)
-    try:
-        devices = jax.devices(platform) if platform else []
-    except RuntimeError:
-        devices = []
+    devices = _jax_devices(platform) if platform else []
     i = int(index) if index.isdigit() else 0
+    if platform == "gpu" and i >= len(devices):
+        raise ValueError(_unavailable(device, "numpyro", len(devices)))
     if not devices or i >= len(devices):
         raise ValueError(f"Device {device!r} is not available; available: {available('numpyro')}.")
     return devices[i]

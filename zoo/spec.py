@@ -62,14 +62,19 @@ class DataField:
         What the array holds, with its shape: shown in error messages and the model's page.
     binary : bool
         0/1 observations: SVI's ``dynamic_binarization`` may draw them afresh from grey levels.
+    bounds : tuple of (int or str), optional
+        ``(low, high)``: the integer values allowed, ``low <= value < high``; each bound an int
+        or the name of an attribute of the model's config (``"num_classes"``).
+        :meth:`ModelSpec.check_bounds` checks them, on every minibatch of data not held in
+        memory, naming the rows of the user's array.
 
     Examples
     --------
     >>> import zoo
     >>> zoo.DataField(2, "f", "(N, D) observations")
-    DataField(ndim=2, kind='f', doc='(N, D) observations', binary=False)
+    DataField(ndim=2, kind='f', doc='(N, D) observations', binary=False, bounds=None)
     >>> zoo.get_model("gmm").data
-    {'x': DataField(ndim=2, kind='f', doc='(N, D) observations', binary=False)}
+    {'x': DataField(ndim=2, kind='f', doc='(N, D) observations', binary=False, bounds=None)}
     """
 
     ndim: int
@@ -77,6 +82,18 @@ class DataField:
     doc: str = ""
     # 0/1 observations: SVI's dynamic_binarization may draw them afresh from grey levels.
     binary: bool = False
+    # (low, high) of integer values, low <= value < high; ints or names of config attributes.
+    bounds: tuple[int | str, int | str] | None = None
+
+
+def rows_text(rows, row_ids=None) -> str:
+    """``"2 row(s): 5, 35"`` for the positions ``rows`` of an array; ``row_ids`` (one per row of
+    that array) renames them, so that a minibatch's rows are named by their rows in the user's
+    array, not by their places in the minibatch."""
+    rows = np.unique(rows if row_ids is None else np.asarray(row_ids)[rows])
+    shown = ", ".join(str(r) for r in rows[:10])
+    more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
+    return f"{len(rows)} row(s): {shown}{more}"
 
 
 @dataclass(frozen=True)
@@ -327,7 +344,9 @@ class ModelSpec:
             return twin.make_model(config, init)
         return functools.partial(twin.model, init=init)
 
-    def validate_data(self, data: Mapping[str, Any], name: str = "data") -> dict[str, np.ndarray]:
+    def validate_data(
+        self, data: Mapping[str, Any], name: str = "data", row_ids=None
+    ) -> dict[str, np.ndarray]:
         """Check data against the contract; return it as numpy arrays.
 
         Raises a ``ValueError`` that says what was expected and what was got.
@@ -339,6 +358,9 @@ class ModelSpec:
         name : str
             What the caller calls ``data`` (``"validation_data"``, ``"test_data"``), for the
             messages.
+        row_ids : array of int, optional
+            For a minibatch: the row of the user's array that each of its rows is, so that the
+            messages name those rows.
 
         Returns
         -------
@@ -417,12 +439,45 @@ class ModelSpec:
             if value.dtype.kind == "f":
                 bad = ~np.isfinite(value)
                 if bad.any():
-                    rows = np.unique(np.nonzero(bad)[0])
-                    shown = ", ".join(str(r) for r in rows[:10])
-                    more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
                     raise ValueError(
-                        f"{name}[{key!r}] contains NaN or inf in {len(rows)} row(s): "
-                        f"{shown}{more}. Drop or impute them before fitting."
+                        f"{name}[{key!r}] contains NaN or inf in "
+                        f"{rows_text(np.nonzero(bad)[0], row_ids)}. Drop or impute them before "
+                        "fitting."
                     )
             out[key] = value
         return out
+
+    def check_bounds(self, data, config, name: str = "data", row_ids=None) -> None:
+        """Every integer field with declared ``bounds`` (:class:`DataField`) holds values in
+        them; else a ``ValueError`` naming the field, its rows (``row_ids`` renames them, as in
+        :meth:`validate_data`), the values found and the range allowed.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import zoo
+        >>> spec = zoo.get_model("bam_classifier")
+        >>> data = spec.make_data(np.random.default_rng(0), 4)
+        >>> config = spec.prepare(data, patch_size=14, width=8, num_heads=2, mlp_dim=8)
+        >>> data["y"][1] = 10
+        >>> spec.check_bounds(data, config, row_ids=[30, 31, 32, 33])
+        Traceback (most recent call last):
+        ...
+        ValueError: data['y'] must hold values in [0, 10) (num_classes=10); got 10 in 1 row(s): 31.
+        """
+        for key, contract in self.data.items():
+            if contract.bounds is None or key not in data:
+                continue
+            low, high = (getattr(config, b) if isinstance(b, str) else b for b in contract.bounds)
+            value = np.asarray(data[key])
+            bad = (value < low) | (value >= high)
+            if bad.any():
+                named = ", ".join(
+                    f"{b}={getattr(config, b)}" for b in contract.bounds if isinstance(b, str)
+                )
+                found = ", ".join(str(v) for v in np.unique(value[bad])[:5])
+                raise ValueError(
+                    f"{name}[{key!r}] must hold values in [{low}, {high})"
+                    + (f" ({named})" if named else "")
+                    + f"; got {found} in {rows_text(np.nonzero(bad)[0], row_ids)}."
+                )

@@ -19,15 +19,44 @@ def canonical_name(name: str) -> str:
     return name.replace("$$$", ".")
 
 
-def _check_shapes(name, description, expected: dict, got: dict) -> None:
-    if expected != got:
-        raise ValueError(
-            f"The {name} parameters given do not fit this architecture ({description}): "
-            f"expected shapes {expected}; got {got}."
-        )
+def _describe(config) -> str:
+    """The sizes of a config (its scalar fields): not its arrays, which inside a compiled
+    function are tracers whose text says nothing to the user."""
+    fields = getattr(config, "__dataclass_fields__", None)
+    if fields is None:
+        return str(config)
+    return ", ".join(
+        f"{k}={getattr(config, k)!r}"
+        for k in fields
+        if isinstance(getattr(config, k), int | float | str | tuple | None)
+    )
 
 
-def torch_module(build, name: str, init: dict, like, description):
+def _check_shapes(name, config, expected: dict, got: dict) -> None:
+    """``got`` (init's ``<name>.*`` shapes, by path) against the network's ``expected``: a
+    mismatch names the init keys that are missing, unexpected or of another shape."""
+    if expected == got:
+        return
+    missing = [f"{name}.{k}" for k in expected if k not in got]
+    unexpected = [f"{name}.{k}" for k in got if k not in expected]
+    shapes = [
+        f"init[{f'{name}.{k}'!r}] has shape {got[k]}, expected {expected[k]}"
+        for k in expected
+        if k in got and got[k] != expected[k]
+    ]
+    problems = (
+        ([f"missing {missing}"] if missing else [])
+        + ([f"not parameters of this network {unexpected}"] if unexpected else [])
+        + shapes
+    )
+    raise ValueError(
+        f"The {name} parameters given do not fit this architecture ({_describe(config)}): "
+        f"{'; '.join(problems)}. init must hold every one of {[f'{name}.{k}' for k in expected]} "
+        "(a fit's raw_params of the same configuration)."
+    )
+
+
+def torch_module(build, name: str, init: dict, like, config):
     """``build()`` (a ``torch.nn.Module``) holding ``init``'s ``<name>.*`` arrays, on the device
     and in the dtype of the tensor ``like``. Built on the meta device first: no initialisation is
     drawn, so the caller's random stream is left as it was."""
@@ -44,7 +73,7 @@ def torch_module(build, name: str, init: dict, like, description):
     }
     _check_shapes(
         name,
-        description,
+        config,
         {k: tuple(v.shape) for k, v in net.state_dict().items()},
         {k: tuple(v.shape) for k, v in state.items()},
     )
@@ -52,7 +81,7 @@ def torch_module(build, name: str, init: dict, like, description):
     return net
 
 
-def equinox_module(build, name: str, init: dict, dtype, description):
+def equinox_module(build, name: str, init: dict, dtype, config):
     """``build(key)`` (an equinox module) holding ``init``'s ``<name>.*`` arrays in ``dtype``.
     Only the module's structure is traced (``eqx.filter_eval_shape``); nothing is initialised."""
     import equinox as eqx
@@ -67,7 +96,7 @@ def equinox_module(build, name: str, init: dict, dtype, description):
     prefix = name + "."
     _check_shapes(
         name,
-        description,
+        config,
         {p: tuple(s.shape) for p, s in zip(paths, jax.tree_util.tree_leaves(shapes), strict=True)},
         {k[len(prefix) :]: tuple(np.shape(v)) for k, v in init.items() if k.startswith(prefix)},
     )

@@ -443,7 +443,9 @@ SPEC = ModelSpec(
     description="Transformer classifier with Bayesian (Weibull / log-normal) attention weights",
     data={
         "x": DataField(ndim=2, kind="f", doc="(N, side * side) images in [0, 1], flattened"),
-        "y": DataField(ndim=1, kind="iu", doc="(N,) integer class labels"),
+        "y": DataField(
+            ndim=1, kind="iu", doc="(N,) integer class labels", bounds=(0, "num_classes")
+        ),
     },
     backends={
         "pyro": "zoo.bayesian_attention.pyro_classifier",

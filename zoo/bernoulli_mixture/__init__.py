@@ -181,8 +181,8 @@ class BinaryDataSpec(ModelSpec):
     initialisation takes floats only).
     """
 
-    def validate_data(self, data):
-        out = super().validate_data(data)
+    def validate_data(self, data, name="data", row_ids=None):
+        out = super().validate_data(data, name, row_ids)
         out["x"] = as_binary(out["x"])
         return out
 

@@ -348,7 +348,7 @@ class ExchangeableSpec(ModelSpec):
     """``x`` is required; the labels ``z`` (supervised fits only) and the sequence lengths
     ``length`` (padded sequences) are optional."""
 
-    def validate_data(self, data):
+    def validate_data(self, data, name="data", row_ids=None):
         if not isinstance(data, Mapping):
             raise TypeError(
                 "data must be a dict {'x': (S, N, D)}, optionally with 'z': (S,) labels and "
@@ -361,7 +361,7 @@ class ExchangeableSpec(ModelSpec):
                 f"objective='supervised') and 'length'; got {sorted(keys)}."
             )
         present = {k: v for k, v in self.data.items() if k in keys}
-        out = ModelSpec.validate_data(dataclasses.replace(self, data=present), data)
+        out = ModelSpec.validate_data(dataclasses.replace(self, data=present), data, name, row_ids)
         _check_x(out["x"])
         if "z" in out:
             _check_labels(out["z"], out["x"].shape[0])
@@ -375,7 +375,9 @@ SPEC = ExchangeableSpec(
     description="Exchangeable tokens with a discrete latent; attention guide q(z | X)",
     data={
         "x": DataField(ndim=3, kind="f", doc="(S, N, D) sequences of N tokens"),
-        "z": DataField(ndim=1, kind="iu", doc="(S,) true latents, optional (supervised only)"),
+        "z": DataField(
+            ndim=1, kind="iu", doc="(S,) true latents, optional (supervised only)", bounds=(0, "K")
+        ),
         "length": DataField(ndim=1, kind="iu", doc="(S,) tokens per sequence, optional"),
     },
     backends={
