@@ -93,15 +93,16 @@ def test_the_vae_at_its_defaults_does_not_diverge(backend):
     assert np.all(np.isfinite(h)) and h[-20:].mean() > max(h[:20].mean() + 5.0, -35.0)
 
 
-def test_svi_at_its_defaults_reaches_cavis_elbo(blobs):
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_svi_at_its_defaults_reaches_cavis_elbo(blobs, backend):
     """The enumerated guide's ELBO, at SVI's default schedule and stopping rule, is within
-    0.002 nats per point of CAVI's optimum. NumPyro only, for speed: the run takes about 10,000
-    steps (gmm_compare.py checks both backends on larger data)."""
+    0.002 nats per point of CAVI's optimum (measured: 0.004 above it on both backends, the
+    assignments summed out). The run takes about 10,000 steps (35 s on Pyro, 8 s on NumPyro)."""
     from inference.svi import enumerated_elbo
 
     options = dict(K=3, weight_prior="dirichlet_distribution")
-    cavi = inference.fit("bayesian_gmm", blobs, "cavi", "numpyro", progress=False, **options)
-    res, caught = _fit_quietly("bayesian_gmm", blobs, "svi", "numpyro", **options)
+    cavi = inference.fit("bayesian_gmm", blobs, "cavi", backend, progress=False, **options)
+    res, caught = _fit_quietly("bayesian_gmm", blobs, "svi", backend, **options)
     assert res.converged and not caught
     elbo = enumerated_elbo(res, blobs, num_particles=100) / len(blobs["x"])
     assert elbo > cavi.objective_per_point - 0.002, (elbo, cavi.objective_per_point)

@@ -164,18 +164,19 @@ def test_every_algorithm_recovers_the_closed_form_posterior(
     assert kl < 0.3, (kl, res.params, mean, cov)
 
 
-def test_svi_at_its_defaults_reaches_the_exact_posterior(plugin, regression_data):
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_svi_at_its_defaults_reaches_the_exact_posterior(plugin, regression_data, backend):
     """No learning rate, no step count, no tolerance: SVI's defaults (a decaying learning rate
     and a stopping rule on the smoothed ELBO) bring the Gaussian guide within 0.2 posterior sd
-    of the exact posterior's mean, and its sds within 20%, and say the run converged. NumPyro
-    only, for speed (the run takes about 10,000 steps)."""
+    of the exact posterior's mean, and its sds within 20%, and say the run converged (the run
+    takes about 10,000 steps)."""
     from zoo_linear_regression.posterior import exact_posterior
 
     data = regression_data
     mean, cov = exact_posterior(data, plugin.prepare(data))
     with warnings.catch_warnings():
         warnings.simplefilter("error", inference.ConvergenceWarning)
-        res = inference.fit(MODEL, data, "svi", "numpyro", guide="full_rank", progress=False)
+        res = inference.fit(MODEL, data, "svi", backend, guide="full_rank", progress=False)
     sd = np.sqrt(np.diag(cov))
     assert res.converged
     assert np.max(np.abs(res.params["coef_mean"] - mean) / sd) < 0.2, (res.params, mean, sd)
