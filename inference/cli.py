@@ -21,7 +21,7 @@ import numpy as np
 import zoo
 from inference import cli_paths
 from inference.api import fit
-from inference.compare import compare
+from inference.compare import compare, default_algorithms, left_out_message
 from inference.registry import (
     algorithm_source,
     first_supporting,
@@ -257,7 +257,8 @@ def _parser() -> argparse.ArgumentParser:
                 type=_comma_separated(_algorithm, "cavi,svi"),
                 metavar="NAMES",
                 help=f"comma-separated, from {', '.join(algorithms)} (default: every one that "
-                "fits the model or its maximum-likelihood twin)",
+                "fits the model or its maximum-likelihood twin, except the samplers (nuts), "
+                "which take minutes; a line says what was left out)",
             )
             p.add_argument(
                 "--backends",
@@ -449,13 +450,19 @@ def _print_fit(res, out, as_json: bool) -> None:
 def _compare(args, spec, options) -> int:
     plot = None if args.plot is None else cli_paths.plot_path(args.plot, spec.name)
     data = cli_paths.load_data(args.data, spec, args.seed)
+    algorithms = args.algorithms
+    if algorithms is None:  # said here in the shell's words, not as compare's Python warning
+        algorithms, left_out = default_algorithms(spec)
+        if left_out:
+            print(f"zoo: {left_out_message(spec, left_out, shell=True)}", file=sys.stderr)
     table = compare(
         spec,
         data,
-        args.algorithms,
+        algorithms,
         args.backends,
         seeds=(args.seed,),
         num_steps=args.num_steps,
+        progress=not args.json,
         **options,
     )
     try:
