@@ -20,6 +20,7 @@ import pytest
 import inference
 import zoo
 from inference import cli
+from inference.api import model_options
 from inference.cli import main
 from inference.compare import Comparison
 from inference.registry import first_supporting, list_algorithms
@@ -454,3 +455,50 @@ def test_zoo_compare_without_algorithms_says_what_it_left_out(capsys, monkeypatc
     assert "Left out nuts" in err and "--algorithms cavi,em,nuts,svi,svi-natural" in err
     assert main(["compare", "gmm", "--json"]) == 0  # EM's model has no posterior to sample
     assert "Left out" not in capsys.readouterr().err
+
+
+# --- a shell that teaches -----------------------------------------------------------------------
+
+
+def test_fit_model_help_lists_the_models_options(capsys):
+    assert main(["fit", "bayesian_gmm", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "options of model bayesian_gmm" in out
+    assert "--K INT Number of components, in [1, N]" in out and "[int; default: 10]" in out
+    assert "--weight-prior VALUE Prior of the mixture weights" in out
+    assert "default: 'dirichlet_process']" in out
+    assert "--reg-covar FLOAT" in out and "[float; default: 0.0]" in out
+
+
+def test_help_is_plain_text_and_its_example_option_exists(capsys):
+    """No reST markup on a terminal, and the example of --option is one a user can give."""
+    for argv in (["--help"], ["fit", "--help"], ["compare", "gmm", "--help"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "``" not in out and ":func:" not in out, argv
+    assert main(["fit", "--help"]) == 0
+    (example,) = re.findall(r"e\.g\. --option (\w+)=", " ".join(capsys.readouterr().out.split()))
+    takers = [
+        m for m in zoo.list_models() if example in model_options(zoo.get_model(m, check=False))
+    ]
+    takers += [a for a in list_algorithms() if example in inference.get_algorithm(a).option_names()]
+    assert takers, f"--option {example}=... is an option of no model or algorithm"
+
+
+def test_fit_model_help_answers_at_once_without_the_backends():
+    """A fresh process: the help imports no backend (torch, JAX, Pyro, NumPyro), and takes well
+    under a second of CPU time (wall time on a loaded machine says more about the machine)."""
+    code = (
+        "import sys, resource; from inference.cli import main; "
+        "status = main(['fit', 'bayesian_gmm', '--help']); "
+        "heavy = [m for m in ('torch', 'jax', 'pyro', 'numpyro') if m in sys.modules]; "
+        "usage = resource.getrusage(resource.RUSAGE_SELF); "
+        "print(status, heavy, usage.ru_utime + usage.ru_stime, file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("0 [] "), line
+    assert float(line.rsplit(" ", 1)[-1]) < 1.0, line
+    assert "--K INT" in done.stdout and "--weight-prior" in done.stdout
