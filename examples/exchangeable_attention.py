@@ -47,6 +47,7 @@ import warnings
 import numpy as np
 
 import inference
+from inference.loop import labelled_bar
 from zoo import exchangeable as ex
 
 OBJECTIVES = ("elbo", "supervised", "masked")
@@ -73,7 +74,7 @@ def local_slopes(lengths, errors) -> list[float]:
 def train(objective, train_data, args):
     """One ``inference.fit`` of the attention parameters with ``objective``."""
     data = {k: v for k, v in train_data.items() if k != "z" or objective == "supervised"}
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), labelled_bar(f"svi {objective} {args.backend}"):
         # Pyro's TraceEnum_ELBO warns when an objective leaves nothing to enumerate.
         warnings.filterwarnings("ignore", message="TraceEnum_ELBO found no sample sites")
         return inference.fit(
@@ -85,7 +86,7 @@ def train(objective, train_data, args):
             batch_size=min(args.batch_size, len(data["x"])),
             lr=args.lr,
             seed=args.seed,
-            progress=False,
+            progress=not args.quick,  # minutes per objective: show how far each has gone
             K=args.K,
             separation=args.separation,
             scale=args.scale,
@@ -208,7 +209,8 @@ def main(argv=None):
         print(
             f"trained {objective:<10} {seconds:6.1f} s  objective/sequence "
             f"{training[objective]['objective_per_sequence_last_100']:.4f}  "
-            f"max |N a_i - 1| = {training[objective]['attention_uniformity']:.2g}"
+            f"max |N a_i - 1| = {training[objective]['attention_uniformity']:.2g}",
+            flush=True,  # each objective's line as soon as it is trained, also through a pipe
         )
     for row in rows.values():
         row["slope"] = loglog_slope(args.lengths, row["tv"])

@@ -122,7 +122,8 @@ def plot_marginals(comparison, reference, path, num_components=3):
 
 
 def write_table(table, out, name):
-    print(table.to_markdown())
+    # flush: a table shows as soon as it is ready, also through a pipe (`| tee log`)
+    print(table.to_markdown(), flush=True)
     with open(os.path.join(out, f"{name}.md"), "w") as f:
         f.write(table.to_markdown() + "\n")
     with open(os.path.join(out, f"{name}.json"), "w") as f:
@@ -208,9 +209,11 @@ def main(argv=None):
     reference = sampled.results[0]
     summary = az.summary(reference.to_arviz(), kind="diagnostics")
     divergences = int(reference.sample_stats["diverging"].sum())
+    print(sampled.to_markdown())
     print(
         f"reference: NUTS on {reference.backend}, largest r-hat {summary['r_hat'].max():.3f}, "
-        f"smallest bulk ESS {summary['ess_bulk'].min():.0f}, {divergences} divergences"
+        f"smallest bulk ESS {summary['ess_bulk'].min():.0f}, {divergences} divergences",
+        flush=True,  # the NUTS rows are ready minutes before the rest of the accuracy table
     )
     fitted = inference.compare("bayesian_gmm", train, reference=reference, **fits, **model)
     accuracy_table = Comparison(

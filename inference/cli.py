@@ -3,7 +3,8 @@ algorithms, from the shell.
 
 Options the command does not know are the model's and the algorithm's own, passed to ``fit``
 by name: ``--K 8``, ``--weight-prior dirichlet_process``, ``--lr 0.01`` (a value is read as
-JSON, else as a string); ``--option NAME=VALUE`` says the same.
+JSON, else as a string); ``--option NAME=VALUE`` says the same. ``zoo fit MODEL --help`` lists
+a model's options, their types, defaults and meanings.
 
 Paths are checked before any fitting starts: a missing data file, or a ``--save`` or ``--plot``
 path that cannot be written, is an error up front, so no finished run is lost to it.
@@ -12,6 +13,7 @@ path that cannot be written, is an error up front, so no finished run is lost to
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -20,8 +22,8 @@ import numpy as np
 
 import zoo
 from inference import cli_paths
-from inference.api import fit
-from inference.compare import compare
+from inference.api import fit, model_options
+from inference.compare import compare, default_algorithms, left_out_message
 from inference.registry import (
     algorithm_source,
     first_supporting,
@@ -29,6 +31,7 @@ from inference.registry import (
     list_algorithms,
     supporting,
 )
+from zoo.docstrings import ParameterDoc, parameter_docs, plain
 from zoo.files import atomic_write
 
 #: The exit status of an error in the command's input (argparse's), of an error while it runs,
@@ -154,11 +157,52 @@ def _extra_options(args, extra: list[str]) -> dict:
     return opts
 
 
-def _parser() -> argparse.ArgumentParser:
+def _model_asked_about(argv: list[str]) -> str | None:
+    """MODEL of ``zoo fit MODEL --help`` (or ``compare``): its options join the help."""
+    asks = {"-h", "--help"} & set(argv[2:])
+    if len(argv) >= 3 and argv[0] in ("fit", "compare") and not argv[1].startswith("-") and asks:
+        return argv[1]
+    return None
+
+
+def _add_model_options(parser, name: str) -> None:
+    """The options of model ``name`` as a group of the help, from its ``prepare``: the flag, its
+    type, its meaning and its default, as the documentation's model page lists them. Only a
+    help is built with them: otherwise they are read as any option the command does not know."""
+    try:
+        spec = zoo.get_model(name, check=False)  # the spec only: no backend is imported
+    except ValueError:
+        return  # the command's own help, and the unknown name said when it runs
+    docs = parameter_docs(spec.prepare)
+    signature = inspect.signature(spec.prepare).parameters
+    group = parser.add_argument_group(
+        f"options of model {spec.name} (--NAME VALUE, or --option NAME=VALUE)"
+    )
+    for option in model_options(spec):
+        doc = docs.get(option, ParameterDoc("", ""))
+        default = signature[option].default
+        default = "required" if default is inspect.Parameter.empty else repr(default)
+        meaning = plain(doc.meaning).replace("%", "%%")  # argparse formats help with %
+        group.add_argument(
+            f"--{option.replace('_', '-')}",
+            metavar=_metavar(doc.type),
+            help=f"{meaning} [{plain(doc.type) or 'a value'}; default: {default}]",
+        )
+
+
+def _metavar(kind: str) -> str:
+    """``int`` reads INT; a set of choices, an array or anything else, VALUE."""
+    first = kind.split(",")[0].strip()
+    return first.upper() if first in ("int", "float", "str", "bool") else "VALUE"
+
+
+def _parser(model: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with ``model``, ``fit`` and ``compare`` list that model's options too
+    (for their ``--help``)."""
     algorithms = list_algorithms()
     parser = _Parser(
         prog="zoo",
-        description=__doc__,
+        description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # --s is a model's option, not an abbreviation of --seed
     )
@@ -177,7 +221,8 @@ def _parser() -> argparse.ArgumentParser:
             name,
             help=text,
             description=f"{text}. Options not listed here are the model's and the algorithm's "
-            "own (e.g. --K 8, --lr 0.01; see `zoo algorithms`).",
+            "own (e.g. --K 8, --lr 0.01): `%(prog)s MODEL --help` lists MODEL's, `zoo "
+            "algorithms` the algorithms'.",
             allow_abbrev=False,
         )
         p.add_argument("model", help="a registered model (see `zoo list`)")
@@ -193,8 +238,8 @@ def _parser() -> argparse.ArgumentParser:
             action="append",
             default=[],
             metavar="NAME=VALUE",
-            help="a model or algorithm option (repeatable), e.g. --option noise_scale=0.5; "
-            "VALUE is read as JSON, else as a string",
+            help="a model or algorithm option (repeatable), e.g. --option K=8; VALUE is read "
+            "as JSON, else as a string",
         )
         p.add_argument(
             "--seed",
@@ -211,6 +256,8 @@ def _parser() -> argparse.ArgumentParser:
             help="at most N steps per run, a positive integer (default: each algorithm's own)",
         )
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        if model is not None:
+            _add_model_options(p, model)
         if name == "fit":
             p.add_argument(
                 "--algorithm",
@@ -257,7 +304,8 @@ def _parser() -> argparse.ArgumentParser:
                 type=_comma_separated(_algorithm, "cavi,svi"),
                 metavar="NAMES",
                 help=f"comma-separated, from {', '.join(algorithms)} (default: every one that "
-                "fits the model or its maximum-likelihood twin)",
+                "fits the model or its maximum-likelihood twin, except the samplers (nuts), "
+                "which take minutes; a line says what was left out)",
             )
             p.add_argument(
                 "--backends",
@@ -316,7 +364,8 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(_model_asked_about(argv))
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in ("fit", "compare"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -449,13 +498,19 @@ def _print_fit(res, out, as_json: bool) -> None:
 def _compare(args, spec, options) -> int:
     plot = None if args.plot is None else cli_paths.plot_path(args.plot, spec.name)
     data = cli_paths.load_data(args.data, spec, args.seed)
+    algorithms = args.algorithms
+    if algorithms is None:  # said here in the shell's words, not as compare's Python warning
+        algorithms, left_out = default_algorithms(spec)
+        if left_out:
+            print(f"zoo: {left_out_message(spec, left_out, shell=True)}", file=sys.stderr)
     table = compare(
         spec,
         data,
-        args.algorithms,
+        algorithms,
         args.backends,
         seeds=(args.seed,),
         num_steps=args.num_steps,
+        progress=not args.json,
         **options,
     )
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ import numpy as np
 from inference import accuracy
 from inference.api import fit, model_options
 from inference.backends import get_backend
+from inference.loop import labelled_bar
 from inference.registry import get_algorithm, list_algorithms
 from zoo import get_model
 
@@ -33,7 +35,8 @@ class Comparison:
         One dict per run, with the keys of :attr:`columns`, ``objective`` (what the objective
         is: ``"ELBO"``, ``"log-likelihood"``, ...) and ``converged``. Times are in seconds,
         objectives in nats per data point; a value that does not apply to a run
-        (``time_to_target_s`` of a sampler) is NaN.
+        (``time_to_target_s`` of a sampler) is NaN. ``steps`` is the steps a run took, or for
+        a sampler its chains x iterations per chain, warm-up included (``"4 x 1000"``).
     results : list of FitResult
         The runs, in the order of ``rows``.
 
@@ -269,7 +272,7 @@ def compare(
     num_steps=None,
     num_samples: int = 500,
     reference=None,
-    progress: bool = False,
+    progress: bool = True,
     **options,
 ) -> Comparison:
     """Fit every supported (algorithm, guide, backend, seed) and tabulate the runs.
@@ -290,7 +293,10 @@ def compare(
         The training data, as for :func:`fit`.
     algorithms : sequence of str, optional
         Names of registered algorithms; default: every one that supports the model or its
-        maximum-likelihood twin.
+        maximum-likelihood twin except the samplers (NUTS), which take minutes where the others
+        take seconds: a warning names those left out and how to add them
+        (``algorithms=["cavi", "em", "svi", "svi-natural", "nuts"]``); see
+        :func:`default_algorithms`.
     backends : sequence of str
         ``"pyro"``, ``"numpyro"`` or both (the default).
     guides : sequence of str, optional
@@ -318,7 +324,9 @@ def compare(
         - a :class:`~inference.FitResult` of this model on these data (e.g. a longer NUTS
           run).
     progress : bool
-        Show each run's progress bar.
+        Show a progress bar per run on stderr, one line each, naming the run and its place
+        (``svi enum numpyro seed 0 (3/8)``), as :func:`fit` shows its own: on a terminal or in
+        a notebook only, never into a log or a pipe. False: none.
     **options
         Options of :func:`fit` passed to every run that takes them: the run options
         (``init``, ``tol``, ``dtype``, ``device``), the algorithms' own options and the
@@ -369,7 +377,10 @@ def compare(
     | gmm | em | - | pyro | 0 | -4.7132 | ...
     """
     spec = get_model(model)
-    algorithms = list_algorithms() if algorithms is None else algorithms
+    if algorithms is None:
+        algorithms, left_out = default_algorithms(spec)
+        if left_out:
+            warnings.warn(left_out_message(spec, left_out), stacklevel=2)
     for name, values in (("algorithms", algorithms), ("backends", backends), ("seeds", seeds)):
         if (
             isinstance(values, str)
@@ -415,11 +426,13 @@ def compare(
     if plan:
         _check_every_option_is_used(spec, plan, options, reference)
     rows, results = [], []
-    for alg, target, backend, guide, opts in plan:
-        for seed in seeds:
-            steps = num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
-            if alg.traits.estimate == "draws" and not isinstance(num_steps, dict):
-                steps = None  # a sampler's length is its warm-up and draws
+    runs = [(run, seed) for run in plan for seed in seeds]
+    for number, ((alg, target, backend, guide, opts), seed) in enumerate(runs, 1):
+        steps = num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
+        if alg.traits.estimate == "draws" and not isinstance(num_steps, dict):
+            steps = None  # a sampler's length is its warm-up and draws
+        label = f"{_run_name(alg, guide)} {backend} seed {seed} ({number}/{len(runs)})"
+        with labelled_bar(label):
             res = fit(
                 target,
                 data,
@@ -430,29 +443,29 @@ def compare(
                 progress=progress,
                 **opts,
             )
-            evaluation = time.perf_counter()
-            heldout = res.log_marginal_likelihood(test_data, num_samples=num_samples, seed=seed)
-            objective = alg.comparable_objective(res, data)
-            evaluation = time.perf_counter() - evaluation
-            rows.append(
-                {
-                    "model": target.name,
-                    "algorithm": alg.name,
-                    "guide": guide,
-                    "backend": backend,
-                    "seed": seed,
-                    "objective": _objective_name(alg, target),
-                    "objective_per_point": objective / res.num_data,
-                    "heldout_log_pred_per_point": float(np.mean(heldout)),
-                    "steps": res.num_steps,
-                    "setup_s": res.timing.get("setup", float("nan")),
-                    "wall_time_s": res.timing["total"],
-                    "first_step_s": res.timing["first_step"],
-                    "evaluation_s": evaluation,
-                    "converged": res.converged,
-                }
-            )
-            results.append(res)
+        evaluation = time.perf_counter()
+        heldout = res.log_marginal_likelihood(test_data, num_samples=num_samples, seed=seed)
+        objective = alg.comparable_objective(res, data)
+        evaluation = time.perf_counter() - evaluation
+        rows.append(
+            {
+                "model": target.name,
+                "algorithm": alg.name,
+                "guide": guide,
+                "backend": backend,
+                "seed": seed,
+                "objective": _objective_name(alg, target),
+                "objective_per_point": objective / res.num_data,
+                "heldout_log_pred_per_point": float(np.mean(heldout)),
+                "steps": _length(alg, res),
+                "setup_s": res.timing.get("setup", float("nan")),
+                "wall_time_s": res.timing["total"],
+                "first_step_s": res.timing["first_step"],
+                "evaluation_s": evaluation,
+                "converged": res.converged,
+            }
+        )
+        results.append(res)
     if not rows:
         raise ValueError(
             f"No algorithm in {list(algorithms)} supports {spec.name!r} on {list(backends)}; "
@@ -480,6 +493,75 @@ def compare(
             row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
             row["evaluation_s"] += time.perf_counter() - started
     return Comparison(rows=rows, results=results)
+
+
+def _fitting(spec) -> list[str]:
+    """The algorithms that fit ``spec`` or its maximum-likelihood twin."""
+    models = [spec] + (
+        [get_model(spec.maximum_likelihood_twin)] if spec.maximum_likelihood_twin else []
+    )
+    return [a for a in list_algorithms() if any(get_algorithm(a).supports(m) for m in models)]
+
+
+def default_algorithms(spec) -> tuple[list[str], list[str]]:
+    """``(run, left_out)``: what a comparison runs when no algorithms are named (every
+    registered algorithm but the samplers), and the samplers that would fit the model.
+
+    Samplers are left out because they take minutes where the others take seconds (NUTS on a
+    mixture: each gradient sums over every assignment, thousands of times per chain), and a
+    first comparison should finish while one waits.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model compared.
+
+    Returns
+    -------
+    tuple of (list of str, list of str)
+        The algorithms run by default, and the samplers left out that fit ``spec`` or its
+        maximum-likelihood twin (name them in ``algorithms`` to run them).
+
+    Examples
+    --------
+    >>> import zoo
+    >>> from inference.compare import default_algorithms
+    >>> run, left_out = default_algorithms(zoo.get_model("bayesian_gmm"))
+    >>> "nuts" in run, left_out
+    (False, ['nuts'])
+    """
+    samplers = set(_samplers())
+    run = [a for a in list_algorithms() if a not in samplers]
+    return run, [a for a in _fitting(spec) if a in samplers]
+
+
+def left_out_message(spec, left_out, shell: bool = False) -> str:
+    """One line: which samplers a default comparison leaves out, and how to run them too, in
+    Python's words or (``shell``) in the command line's."""
+    every = _fitting(spec)
+    add = (
+        f"--algorithms {','.join(every)}"
+        if shell
+        else f"algorithms=[{', '.join(repr(a) for a in every)}]"
+    )
+    return (
+        f"Left out {', '.join(left_out)}: a sampler takes minutes where the other algorithms "
+        f"take seconds. Run it too with {add}."
+    )
+
+
+def _run_name(alg, guide) -> str:
+    return alg.name + (f" {guide}" if guide else "")
+
+
+def _length(alg, res):
+    """How long a run was: its steps, or a sampler's chains x iterations per chain (warm-up
+    included), such as ``"4 x 1000"``: the loop's steps of a sampler are chunks of
+    iterations, a figure no one asked for."""
+    if alg.traits.estimate != "draws" or not res.draws:
+        return res.num_steps
+    chains, draws = next(iter(res.draws.values())).shape[:2]
+    return f"{chains} x {draws + int(res.options.get('num_warmup', 0))}"
 
 
 def _samplers() -> list[str]:
@@ -546,9 +628,10 @@ def _reference_draws(reference, spec, data, rows, results, backends, options, pr
             reference = runs[0]
         else:
             run_opts = {k: v for k, v in options.items() if k in ("init", "dtype", "device")}
-            reference = fit(
-                spec, data, reference, backends[0], progress=progress, **model_opts, **run_opts
-            )
+            with labelled_bar(f"{reference} {backends[0]} (the reference)"):
+                reference = fit(
+                    spec, data, reference, backends[0], progress=progress, **model_opts, **run_opts
+                )
     return reference.sample_posterior(num_samples=REFERENCE_DRAWS)
 
 

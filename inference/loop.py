@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import os
 import signal
@@ -19,6 +20,45 @@ from inference.backends import tree_codec
 from inference.streaming import DataError
 
 RUNNING_MEAN_STEPS = 100
+
+#: What the progress bar of the run under way is called (``compare`` names each of its runs).
+_bar_label = contextvars.ContextVar("bar_label", default=None)
+
+
+@contextlib.contextmanager
+def labelled_bar(label: str):
+    """The runs inside show ``label`` on their progress bars (``"svi numpyro seed 0"``)."""
+    token = _bar_label.set(label)
+    try:
+        yield
+    finally:
+        _bar_label.reset(token)
+
+
+def progress_bar(total: int, show: bool, *, desc: str = "", initial: int = 0):
+    """A tqdm bar on stderr, shown when ``show`` and stderr is a terminal (or a notebook):
+    tqdm's ``disable=None`` keeps logs and pipes free of carriage-return noise."""
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=_bar_label.get() or desc,
+        disable=None if show else True,
+    )
+
+
+def count_first_step(bar, done: int) -> None:
+    """Count the first step of a run (``done`` steps in all) and start the bar's clock after
+    it: that step includes one-off work (JAX compilation), and a rate that included it would
+    estimate every step as long ("45:05" left for a minute's run). Until the next step is done
+    the bar shows no estimate."""
+    if bar.disable:
+        bar.n = done
+        return
+    started = bar.start_t
+    bar.reset()  # a fresh smoothed rate (tqdm's public reset)
+    bar.start_t = started  # the elapsed time still counts the first step
+    bar.n = bar.last_print_n = bar.initial = done  # the rate counts the steps after this one
+    bar.refresh()
 
 
 class NonFiniteObjectiveError(FloatingPointError):
@@ -370,7 +410,7 @@ def run(
     t0 = time.perf_counter() - elapsed0
     converged = stopped == "converged"
     step = start_step
-    bar = tqdm(total=num_steps, initial=start_step, disable=not progress, desc=alg.name)
+    bar = progress_bar(num_steps, progress, desc=alg.name, initial=start_step)
     in_step = [False]  # whether a step is under way (set before it, cleared once it is recorded)
 
     def save_checkpoint():
@@ -424,7 +464,10 @@ def run(
                 history["objective"].append(objective)
                 history["time"].append(time.perf_counter() - t0)
                 in_step[0] = False
-                bar.update(1)
+                if step == start_step:
+                    count_first_step(bar, step + 1)
+                else:
+                    bar.update(1)
                 described = alg.describe(info) if progress else None
                 if described:
                     bar.set_postfix_str(described, refresh=False)

@@ -218,3 +218,25 @@ def test_the_generated_pages_are_the_same_whatever_plugins_are_installed(monkeyp
         zoo.unregister("plugin_mixture")
         inference.unregister_algorithm("plugin-em")
         sys.modules.pop("zoo_reference", None)
+
+
+def test_option_docs_are_read_as_numpydoc_reads_them():
+    """``zoo fit MODEL --help`` and the site's option tables read the docstrings with
+    ``zoo.docstrings`` (numpydoc comes with Sphinx, not with the zoo): it reads every model's
+    and algorithm's options as numpydoc does."""
+    docscrape = pytest.importorskip("numpydoc.docscrape")
+    import inference
+    import zoo
+    from zoo.docstrings import parameter_docs
+
+    targets = [zoo.get_model(m, check=False).prepare for m in zoo.list_models()]
+    targets += [inference.get_algorithm(a).Options for a in inference.list_algorithms()]
+    targets += [inference.fit, inference.compare]
+    for target in targets:
+        expected = {}
+        for entry in docscrape.NumpyDocString(inspect.getdoc(target) or "")["Parameters"]:
+            meaning = " ".join(line.strip() for line in entry.desc).strip()
+            for name in entry.name.split(","):
+                expected[name.strip()] = (entry.type, meaning)
+        read = {name: tuple(doc) for name, doc in parameter_docs(target).items()}
+        assert read == expected, target

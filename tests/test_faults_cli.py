@@ -3,10 +3,14 @@ file at fault, a non-zero exit status, no traceback, and no file of the user's t
 checked before any fitting starts. Runs ``inference.cli.main`` in this process, except where a
 real pipe is needed."""
 
+import importlib
+import io
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -16,7 +20,9 @@ import pytest
 import inference
 import zoo
 from inference import cli
+from inference.api import model_options
 from inference.cli import main
+from inference.compare import Comparison
 from inference.registry import first_supporting, list_algorithms
 from zoo import files as zoo_files
 
@@ -346,3 +352,153 @@ def test_the_algorithms_table_is_aligned(capsys):
     assert "[" not in "".join(lines)  # no Python list reprs
     assert len({line.find("ELBO") for line in lines if "ELBO" in line}) == 1
     assert starts
+
+
+# --- what a newcomer sees: progress while waiting, defaults that finish -------------------------
+
+
+class _Terminal(io.StringIO):
+    """stderr as a terminal shows it: progress bars are drawn here."""
+
+    def isatty(self):
+        return True
+
+
+def _bar_lines(text: str) -> list[str]:
+    """The lines a terminal ends up showing: each line's last carriage-return redraw."""
+    return [line.split("\r")[-1] for line in text.split("\n") if line.split("\r")[-1].strip()]
+
+
+def test_compare_on_a_terminal_shows_one_line_per_run(monkeypatch):
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    inference.compare(
+        "bayesian_gmm", data, ["cavi", "em"], ["pyro"], seeds=(0, 1), num_steps=5, tol=0,
+        num_samples=10, K=2,
+    )  # fmt: skip
+    lines = _bar_lines(terminal.getvalue())
+    assert [line.split(":")[0] for line in lines] == [
+        "cavi pyro seed 0 (1/4)",
+        "cavi pyro seed 1 (2/4)",
+        "em pyro seed 0 (3/4)",
+        "em pyro seed 1 (4/4)",
+    ]
+    assert all("5/5" in line for line in lines[:2])  # how far each run went
+
+
+def test_progress_stays_out_of_logs_and_off_when_asked(monkeypatch):
+    """Bars are drawn on a terminal only: a log or a pipe gets no carriage-return noise."""
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    inference.fit("gmm", data, "em", "pyro", K=2, num_steps=3, tol=0)
+    inference.compare("gmm", data, ["em"], ["pyro"], num_samples=10, K=2)
+    assert log.getvalue() == ""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    inference.compare("gmm", data, ["em"], ["pyro"], num_samples=10, K=2, progress=False)
+    assert terminal.getvalue() == ""
+
+
+def test_a_slow_first_step_does_not_inflate_the_time_estimate(monkeypatch):
+    """The first step carries one-off work (JAX compiles it); the estimate is made from the
+    steps after it, so a one-second first step of 40 fast ones never reads as 40 s left."""
+    em = inference.get_algorithm("em")
+    step, calls = em.step, []
+
+    def compiling_first(state):
+        calls.append(1)
+        time.sleep(1.0 if len(calls) == 1 else 0.01)
+        return step(state)
+
+    monkeypatch.setattr(em, "step", compiling_first)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    inference.fit("gmm", data, "em", "pyro", K=2, num_steps=40, tol=0)
+    left = re.findall(r"<(\d+):(\d+)", terminal.getvalue())
+    assert left, terminal.getvalue()
+    assert max(60 * int(m) + int(s) for m, s in left) <= 5, terminal.getvalue()
+
+
+def test_compare_without_algorithms_leaves_out_nuts_and_says_how_to_add_it(monkeypatch):
+    compare_module = importlib.import_module("inference.compare")
+    fit = compare_module.fit
+
+    def fit_but_no_sampler(model, data, algorithm, *args, **kwargs):
+        assert algorithm != "nuts", "NUTS ran without being named: minutes, not seconds"
+        return fit(model, data, algorithm, *args, **kwargs)
+
+    monkeypatch.setattr(compare_module, "fit", fit_but_no_sampler)
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 60)
+    with pytest.warns(UserWarning, match="Left out nuts") as said:
+        table = inference.compare(
+            "bayesian_gmm", data, backends=["pyro"], guides=["enum"], num_steps=2, tol=0,
+            num_samples=5, K=2,
+        )  # fmt: skip
+    assert "algorithms=['cavi', 'em', 'nuts', 'svi', 'svi-natural']" in str(said[0].message)
+    assert {row["algorithm"] for row in table.rows} == {"cavi", "em", "svi", "svi-natural"}
+
+
+def test_zoo_compare_without_algorithms_says_what_it_left_out(capsys, monkeypatch):
+    ran = {}
+
+    def compare(spec, data, algorithms, *args, **kwargs):
+        ran["algorithms"] = algorithms
+        return Comparison(rows=[], results=[])
+
+    monkeypatch.setattr(cli, "compare", compare)
+    assert main(["compare", "bayesian_gmm", "--json"]) == 0
+    assert "nuts" not in ran["algorithms"] and "cavi" in ran["algorithms"]
+    err = capsys.readouterr().err
+    assert "Left out nuts" in err and "--algorithms cavi,em,nuts,svi,svi-natural" in err
+    assert main(["compare", "gmm", "--json"]) == 0  # EM's model has no posterior to sample
+    assert "Left out" not in capsys.readouterr().err
+
+
+# --- a shell that teaches -----------------------------------------------------------------------
+
+
+def test_fit_model_help_lists_the_models_options(capsys):
+    assert main(["fit", "bayesian_gmm", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "options of model bayesian_gmm" in out
+    assert "--K INT Number of components, in [1, N]" in out and "[int; default: 10]" in out
+    assert "--weight-prior VALUE Prior of the mixture weights" in out
+    assert "default: 'dirichlet_process']" in out
+    assert "--reg-covar FLOAT" in out and "[float; default: 0.0]" in out
+
+
+def test_help_is_plain_text_and_its_example_option_exists(capsys):
+    """No reST markup on a terminal, and the example of --option is one a user can give."""
+    for argv in (["--help"], ["fit", "--help"], ["compare", "gmm", "--help"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "``" not in out and ":func:" not in out, argv
+    assert main(["fit", "--help"]) == 0
+    (example,) = re.findall(r"e\.g\. --option (\w+)=", " ".join(capsys.readouterr().out.split()))
+    takers = [
+        m for m in zoo.list_models() if example in model_options(zoo.get_model(m, check=False))
+    ]
+    takers += [a for a in list_algorithms() if example in inference.get_algorithm(a).option_names()]
+    assert takers, f"--option {example}=... is an option of no model or algorithm"
+
+
+def test_fit_model_help_answers_at_once_without_the_backends():
+    """A fresh process: the help imports no backend (torch, JAX, Pyro, NumPyro), and takes well
+    under a second of CPU time (wall time on a loaded machine says more about the machine)."""
+    code = (
+        "import sys, resource; from inference.cli import main; "
+        "status = main(['fit', 'bayesian_gmm', '--help']); "
+        "heavy = [m for m in ('torch', 'jax', 'pyro', 'numpyro') if m in sys.modules]; "
+        "usage = resource.getrusage(resource.RUSAGE_SELF); "
+        "print(status, heavy, usage.ru_utime + usage.ru_stime, file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("0 [] "), line
+    assert float(line.rsplit(" ", 1)[-1]) < 1.0, line
+    assert "--K INT" in done.stdout and "--weight-prior" in done.stdout

@@ -272,3 +272,14 @@ def test_the_numpyro_draws_are_numpyro_mcmc_draws(regression_data, regression_sp
     mcmc.run(jax.random.PRNGKey(5))
     bare = np.asarray(mcmc.get_samples(group_by_chain=True)["coef"])
     np.testing.assert_allclose(ours.draws["coef"], bare, rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:.*the chains have not converged")  # a short run, on purpose
+def test_a_compare_row_says_how_long_the_chains_ran(regression_data):
+    """A sampler's length is chains x iterations per chain, not the loop's chunks of them."""
+    table = inference.compare(
+        REGRESSION, regression_data, ["nuts"], ["pyro"], num_chains=2, num_warmup=10,
+        num_draws=15, num_samples=10,
+    )  # fmt: skip
+    assert table.rows[0]["steps"] == "2 x 25"
+    assert "| 2 x 25 |" in table.to_markdown()

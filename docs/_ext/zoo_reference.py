@@ -22,20 +22,16 @@ import inference
 import zoo
 from inference.api import model_options
 from inference.registry import algorithm_source, supporting
+from zoo import docstrings
 
 OUT = Path(__file__).resolve().parents[1] / "_generated"
 
 
 def parameter_docs(obj) -> dict[str, str]:
-    """The entries of the numpydoc ``Parameters`` section of ``obj``'s docstring, by name (an
-    entry ``a, b : float`` documents both), each as one line of text."""
-    out = {}
-    from numpydoc.docscrape import NumpyDocString  # the docs extra's; the tables need none
-
-    for entry in NumpyDocString(inspect.getdoc(obj) or "")["Parameters"]:
-        for name in entry.name.split(","):
-            out[name.strip()] = " ".join(line.strip() for line in entry.desc).strip()
-    return out
+    """The meanings in the numpydoc ``Parameters`` section of ``obj``'s docstring, by name (an
+    entry ``a, b : float`` documents both), each as one line of text: the reading
+    ``zoo fit MODEL --help`` shows too (``zoo.docstrings``)."""
+    return {name: doc.meaning for name, doc in docstrings.parameter_docs(obj).items()}
 
 
 def _cell(text: str) -> str:
@@ -51,7 +47,7 @@ def _default(value) -> str:
 def _options_table(entries, docs: dict[str, str], where: str) -> list[str]:
     missing = [name for name, _ in entries if not docs.get(name)]
     if missing:
-        from sphinx.util import logging  # the docs extra's, as is numpydoc
+        from sphinx.util import logging  # the docs extra's
 
         logging.getLogger(__name__).warning(  # an error under -W, as the docs are built
             f"{where} does not document the option(s) {missing}: add them to the Parameters "
