@@ -1,8 +1,7 @@
 """What a docstring says about its parameters, for the documentation site's option tables and for
-``zoo fit MODEL --help``: one reading of numpydoc's ``Parameters`` section, shared so that the
-site and the shell cannot tell a user different things. It reads the section as numpydoc does
-(``tests/test_docs.py`` checks that they agree) without numpydoc, which comes with Sphinx and is
-not installed with the zoo.
+``zoo fit MODEL --help``: one reading of the numpydoc ``Parameters`` section (by
+``docstring_parser``, which a plain install has; numpydoc comes with Sphinx), shared so that the
+site and the shell cannot tell a user different things.
 """
 
 from __future__ import annotations
@@ -11,9 +10,9 @@ import inspect
 import re
 from typing import NamedTuple
 
-__all__ = ["ParameterDoc", "parameter_docs", "plain"]
+import docstring_parser
 
-_UNDERLINE = re.compile(r"^-{3,}$")
+__all__ = ["ParameterDoc", "parameter_docs", "plain"]
 
 
 class ParameterDoc(NamedTuple):
@@ -22,21 +21,6 @@ class ParameterDoc(NamedTuple):
 
     type: str
     meaning: str
-
-
-def _section(lines: list[str], title: str) -> list[str]:
-    """The lines of the section ``title`` (a title line underlined with dashes), up to the next
-    section."""
-    starts = [
-        i
-        for i in range(len(lines) - 1)
-        if lines[i].strip() and _UNDERLINE.match(lines[i + 1].strip())
-    ]
-    for k, i in enumerate(starts):
-        if lines[i].strip() == title:
-            end = starts[k + 1] if k + 1 < len(starts) else len(lines)
-            return lines[i + 2 : end]
-    return []
 
 
 def parameter_docs(obj) -> dict[str, ParameterDoc]:
@@ -61,22 +45,15 @@ def parameter_docs(obj) -> dict[str, ParameterDoc]:
     >>> doc.type, doc.meaning
     ('int', 'Number of components, in ``[1, N]``.')
     """
-    entries = []  # [names, type, description lines], as numpydoc reads them
-    for line in _section((inspect.getdoc(obj) or "").splitlines(), "Parameters"):
-        if line.strip() and not line[0].isspace():
-            header = line.strip()
-            if " : " in header:
-                names, kind = header.split(" : ", 1)
-            else:
-                names, kind = header.removesuffix(" :"), ""
-            entries.append((names, kind.strip(), []))
-        elif entries:
-            entries[-1][2].append(line.strip())
     out = {}
-    for names, kind, description in entries:
-        meaning = " ".join(description).strip()
-        for name in names.split(","):
-            out[name.strip()] = ParameterDoc(kind, meaning)
+    parsed = docstring_parser.parse(
+        inspect.getdoc(obj) or "", docstring_parser.DocstringStyle.NUMPYDOC
+    )
+    for entry in parsed.params:
+        kind = (entry.type_name or "") + (", optional" if entry.is_optional else "")
+        meaning = " ".join(line.strip() for line in (entry.description or "").splitlines())
+        for name in entry.arg_name.split(","):
+            out[name.strip()] = ParameterDoc(kind, meaning.strip())
     return out
 
 
