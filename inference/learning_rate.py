@@ -46,6 +46,13 @@ class Stages:
         return rate
 
 
+def last_stage_start(lr) -> int:
+    """The update count at which ``lr``'s last stage starts (0 for a constant rate): from there
+    nothing in the rate changes, so a plateau of the objective is the optimum's, not the noise
+    floor of a larger rate."""
+    return lr.ends[-2] if isinstance(lr, Stages) and len(lr.ends) > 1 else 0
+
+
 def record(lr):
     """``lr`` as a fit records it: the float, or the stages as ``[[num_steps, lr], ...]``."""
     lr = parse(lr)

@@ -3,7 +3,8 @@
 The guide name picks how discrete latents are handled: a guide the twin lists in
 ``ENUMERATED_GUIDES`` sums them out exactly (``TraceEnum_ELBO``); a guide it lists in
 ``RELAXED_GUIDES`` (a Gumbel-softmax guide) samples a relaxed one-hot ``z`` whose temperature is
-annealed geometrically from ``temperature[0]`` to ``temperature[1]`` over ``num_steps``; a guide
+annealed geometrically from ``temperature[0]`` to ``temperature[1]`` by the learning rate's last
+stage (or over ``num_steps``, see ``SVIOptions.temperature``); a guide
 it lists in ``CLOSED_FORM_KL_GUIDES`` is always fitted with the mean-field ELBO, which takes the
 closed-form KL at the sites that have one (Jang et al.'s Gumbel-softmax objective). A twin
 may instead define ``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then
@@ -78,8 +79,10 @@ class SVIOptions:
         Monte-Carlo samples per step (``>= 1``); with ``elbo="iwae"``, the importance samples.
     temperature : (float, float)
         A relaxed guide's temperature schedule ``(start, end)``, both positive: annealed
-        geometrically from ``start`` to ``end`` over ``num_steps``. Giving it for a guide that is
-        not relaxed is an error.
+        geometrically from ``start`` to ``end`` over the steps before the learning rate's last
+        stage (9,000 at the default rate), where the stopping rule starts, or over ``num_steps``
+        when they are fewer or the rate is constant. Giving it for a guide that is not relaxed
+        is an error.
     batch_size : int, optional
         The minibatch size, in ``[1, N]`` (default: full batch). Each epoch visits every point
         once (the last incomplete batch is dropped) and the data plate scales the log-density
@@ -294,10 +297,14 @@ class SVI(Algorithm):
         start = self._start_values(problem, problem.init)
         data, config = problem.backend_data(), problem.backend_config()
         spans_steps = True
+        settled = learning_rate.last_stage_start(lr)
         if guide in getattr(twin, "RELAXED_GUIDES", ()):
-            schedule = geometric_schedule(
-                *check_temperature(options.temperature), problem.num_steps
-            )
+            # The temperature reaches its end when the learning rate enters its last stage,
+            # where the stopping rule starts: that rule then sees a fixed objective (annealed
+            # over num_steps, the run stopped at about a third of the default 30,000, still at
+            # 0.46). With a constant rate, or fewer steps than the stages, over num_steps.
+            anneal_steps = settled if 0 < settled < problem.num_steps else problem.num_steps
+            schedule = geometric_schedule(*check_temperature(options.temperature), anneal_steps)
         elif hasattr(twin, "temperature_schedule"):  # e.g. a KL-weight warm-up the model reads
             schedule = twin.temperature_schedule(problem.config, problem.num_steps)
             spans_steps = getattr(twin, "SCHEDULE_SPANS_STEPS", True)
@@ -369,9 +376,7 @@ class SVI(Algorithm):
             batches=batches,
             grey=grey,
             shard=shard,
-            rule_start=lr.ends[-2]
-            if isinstance(lr, learning_rate.Stages) and len(lr.ends) > 1
-            else 0,
+            rule_start=settled,
         )
 
     def _start_values(self, problem, init) -> dict[str, np.ndarray] | None:
