@@ -244,6 +244,11 @@ class Algorithm(ABC):
         data-parallel group)."""
         return True
 
+    def processes(self, state) -> int:
+        """How many processes share each step (a data-parallel group): a checkpoint of a
+        group of another size is another run, as each process draws for its own rows."""
+        return 1
+
     def diagnose(self, result) -> list[str]:
         """What fails in a sampler's convergence diagnostics of ``result``, each in a phrase
         (``fit`` warns with them); empty when all pass, and for algorithms that draw nothing."""

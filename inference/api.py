@@ -13,6 +13,7 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -79,6 +80,20 @@ def _fingerprint(data) -> str:
         digest.update(str(data[key].shape).encode())
         digest.update(np.ascontiguousarray(data[key]).tobytes())
     return digest.hexdigest()[:16]
+
+
+def init_record(init) -> str | None:
+    """``init`` as a checkpoint compares it: None or the method's name as given, arrays (an
+    (N, K) array of responsibilities, a dict of parameter arrays) by a fingerprint of their
+    values, so that a resume from other starting values is refused. Arrays are compared as
+    float64, the precision every start is computed in: the same values given as float32 or
+    as ints are the same start."""
+    if init is None or isinstance(init, str):
+        return init
+    arrays = init if isinstance(init, Mapping) else {"": init}
+    values = {str(k): np.asarray(v) for k, v in arrays.items()}
+    values = {k: v.astype(np.float64) if v.dtype.kind in "biuf" else v for k, v in values.items()}
+    return f"array {_fingerprint(values)}"
 
 
 def _fit_keywords() -> list[str]:
@@ -258,7 +273,9 @@ def fit(
         uninterrupted run; a run that converged or stopped early comes back as it ended. A
         larger ``num_steps`` on resume extends the run, unless the run depends on ``num_steps``
         (a temperature annealed over it, a stream): then the checkpoint is refused, as is a
-        checkpoint of another model, data set, seed, option or validation set-up.
+        checkpoint of another model, data set, seed, option, starting values (``init`` arrays
+        are compared by value), validation set-up (validation data added, removed or changed)
+        or data-parallel group size.
     num_data : int, optional
         With a stream of minibatches: the size of the full data set (scales the data plate).
     callback : callable(step, state, info), optional
@@ -448,12 +465,16 @@ def fit(
         "backend": back.NAME,
         "guide": guide,
         "seed": int(seed),
+        "init": init_record(init),
+        # Processes sharing each step draw their own particles for their rows (Pyro).
+        "processes": alg.processes(state),
         "data_fingerprint": data_fingerprint,
         "config_fingerprint": _fingerprint(_config_arrays(problem.config)),
         # Resume may ask for more steps than the checkpointed run did (training extended).
         "options": {
             k: v for k, v in record.items() if k != "num_steps" or not alg.extendable(state)
         },
+        "validation_setup": None,  # a run without validation data: one with them is another
     }
 
     validation = None

@@ -84,26 +84,49 @@ def importance_statistics(result, data: dict, num_samples: int, seed: int = 0, d
             for k, v in data.items()
         }
         rows = rows[rows < num_data]
-        total, running_max, running_sum = 0.0, None, None
+        total, log_sum = 0.0, LogSumExp()
         for i, p_start in enumerate(range(0, num_samples, particles_per_chunk)):
             count = min(particles_per_chunk, num_samples - p_start)
-            w = weights(chunk, params, _chunk_seed(seed, start, i), particles_per_chunk)
+            w = weights(chunk, params, chunk_seed(seed, start, i), particles_per_chunk)
             w = w[:count, : len(rows)].astype(np.float64)
             total = total + w.sum(0)
-            chunk_max = w.max(0)
-            if running_max is None:
-                running_max, running_sum = chunk_max, np.exp(w - chunk_max).sum(0)
-            else:
-                new_max = np.maximum(running_max, chunk_max)
-                running_sum = running_sum * np.exp(running_max - new_max) + np.exp(w - new_max).sum(
-                    0
-                )
-                running_max = new_max
+            log_sum.add(w)
         elbo[rows] = total / num_samples
-        log_marginal[rows] = running_max + np.log(running_sum) - np.log(num_samples)
+        log_marginal[rows] = log_sum.value() - np.log(num_samples)
     return elbo, log_marginal
 
 
-def _chunk_seed(seed: int, row_start: int, particle_chunk: int) -> int:
+class LogSumExp:
+    """``log sum_s exp(w_s)`` over the first axis of weights added a chunk at a time, so that
+    only one chunk is ever in memory: a running maximum keeps the sum of exponentials in range.
+
+    Where the maximum so far is not finite (every weight -inf) the sum is taken relative to 0,
+    as scipy's ``logsumexp`` does, so the result is -inf rather than NaN.
+    """
+
+    def __init__(self):
+        self.max = self.sum = None
+
+    def add(self, w: np.ndarray) -> None:
+        chunk_max = w.max(0)
+        if self.max is None:
+            self.max, self.sum = chunk_max, np.exp(w - _finite(chunk_max)).sum(0)
+            return
+        new_max = np.maximum(self.max, chunk_max)
+        shift = _finite(new_max)
+        self.sum = self.sum * np.exp(_finite(self.max) - shift) + np.exp(w - shift).sum(0)
+        self.max = new_max
+
+    def value(self) -> np.ndarray:
+        with np.errstate(divide="ignore"):  # log(0) = -inf: no weight above -inf
+            return _finite(self.max) + np.log(self.sum)
+
+
+def _finite(maximum: np.ndarray) -> np.ndarray:
+    """The shift of a log-sum-exp: the maximum, or 0 where it is not finite."""
+    return np.where(np.isfinite(maximum), maximum, 0.0)
+
+
+def chunk_seed(seed: int, row_start: int, particle_chunk: int) -> int:
     """A distinct, reproducible stream per (rows, particles) chunk."""
     return int(np.random.SeedSequence([seed, row_start, particle_chunk]).generate_state(1)[0])

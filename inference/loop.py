@@ -312,6 +312,30 @@ def _check_arrays(path, fresh, saved) -> None:
             )
 
 
+#: What a validation set-up is compared as when a file written before the set-up was recorded
+#: shows that the run validated, but not on what.
+UNRECORDED_VALIDATION = "validation data (not recorded)"
+
+
+def _meant_by_older_file(key, saved, header):
+    """The value of ``key`` that a checkpoint written before ``key`` was recorded can only have
+    meant. Where the file cannot tell (it validated, or started from arrays, or ran in a
+    data-parallel group, without recording on what), this run's value: such a file resumes as
+    it did when it was written."""
+    options = saved.get("options", {})
+    if key == "init":  # recorded among the options, arrays only as "array"
+        return header.get(key) if options.get("init") == "array" else options.get("init")
+    if key == "processes":  # one, unless the run was data-parallel
+        return header.get(key) if options.get("data_parallel") else 1
+    if key == "validation_setup":
+        # The validation's state ("validation") is saved whenever a run validates: without it,
+        # the run had no validation data.
+        if "validation" not in saved:
+            return None
+        return header.get(key) if header.get(key) is not None else UNRECORDED_VALIDATION
+    return None
+
+
 def restore(path, header, alg, state, validation=None):
     """Load a checkpoint written for the same run; returns (state, history, step, stopped), with
     ``stopped`` "converged" or "early_stopping" for a run that ended before its last step."""
@@ -330,14 +354,15 @@ def restore(path, header, alg, state, validation=None):
         "data_fingerprint",
         "config_fingerprint",
         "options",
+        "init",  # after the options, which name an init added or removed
+        "processes",
         "validation_setup",
     ):
-        if key == "validation_setup" and key not in saved:  # written before it was recorded
-            continue
-        if saved.get(key) != header.get(key):
+        there = saved[key] if key in saved else _meant_by_older_file(key, saved, header)
+        if there != header.get(key):
             raise checkpoint.CheckpointError(
                 f"Checkpoint {path!r} was written by another run; its {key} does not match "
-                f"this run's: {_differences(saved.get(key), header.get(key))}."
+                f"this run's: {_differences(there, header.get(key))}."
             )
     history = {
         k[len("history/") :]: arrays.pop(k).tolist()

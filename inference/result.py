@@ -11,9 +11,9 @@ from scipy.special import logsumexp
 
 from inference import checkpoint, saved_fit
 from inference.backends import get_backend
-from inference.evaluation import check_num_samples, importance_statistics
+from inference.evaluation import LogSumExp, check_num_samples, chunk_seed, importance_statistics
 from inference.registry import get_algorithm
-from zoo import get_model
+from zoo import get_model, memory
 
 
 @dataclass
@@ -200,6 +200,9 @@ class FitResult:
         ValueError
             The model has no global latent variables (e.g. a VAE: score it with
             :meth:`log_marginal_likelihood` or :meth:`elbo`), or ``num_samples`` is below 1.
+        zoo.memory.InsufficientMemoryError
+            The draws cannot fit in the memory available (a ``MemoryError`` and a
+            ``ValueError``); the message gives the estimate in GiB and the most that fit.
         TypeError
             ``num_samples`` is not an int.
 
@@ -226,10 +229,28 @@ class FitResult:
                 f"Model {self.model!r} has no global latent variables to draw (its latents are "
                 "local to each data point); evaluate it with log_marginal_likelihood() or elbo()."
             )
-        rng = np.random.default_rng(seed)
-        return spec.sample_posterior(
+        per_draw = _bytes_per_draw(self._draw(1, np.random.default_rng(0)), allocated=True)
+        memory.check_fits(
+            num_samples * per_draw,
+            f"sample_posterior(num_samples={num_samples:,})",
+            f"Pass num_samples <= {_most_that_fit(per_draw):,}, or draw in several calls with "
+            "different seeds.",
+        )
+        return self._draw(num_samples, np.random.default_rng(seed))
+
+    def _draw(self, num_samples: int, rng) -> dict[str, np.ndarray]:
+        """``num_samples`` fresh draws from the fitted posterior (``spec.sample_posterior``)."""
+        return get_model(self.model).sample_posterior(
             self.raw_params, self.config, self.guide_family, rng, num_samples
         )
+
+    def _scoring_bytes_per_draw(self, num_rows: int) -> int:
+        """Memory that scoring ``num_rows`` rows takes per posterior draw: the draw as the
+        likelihood reads it (a point estimate's repeated draws included, which it compares)
+        and a row of log-likelihoods with the log-sum-exp's exponentials of it."""
+        if self.draws is not None:  # a sampler's draws are in memory already
+            return 2 * 8 * num_rows
+        return _bytes_per_draw(self._draw(1, np.random.default_rng(0))) + 2 * 8 * num_rows
 
     @property
     def guide_family(self) -> str | None:
@@ -288,6 +309,9 @@ class FitResult:
         ValueError
             Data that break the model's data contract or do not fit the fitted model, or a
             model without global latents (as :meth:`sample_posterior`).
+        zoo.memory.InsufficientMemoryError
+            The draws and their (num_samples, N) log-likelihoods cannot fit in the memory
+            available; :meth:`log_marginal_likelihood` draws in chunks instead.
         TypeError
             An array for a model with several data keys.
 
@@ -302,8 +326,29 @@ class FitResult:
         >>> res.pointwise_log_likelihood(data["x"][:5], num_samples=200).shape
         (200, 5)
         """
+        return self._pointwise(self._checked(data), num_samples, seed)
+
+    def _pointwise(self, data: dict, num_samples: int, seed: int) -> np.ndarray:
+        """:meth:`pointwise_log_likelihood` of checked ``data``, refused up front when the
+        draws and their (S, N) log-likelihoods cannot fit in memory."""
         spec = get_model(self.model)
-        return spec.log_likelihood(self.sample_posterior(num_samples, seed), self._checked(data))
+        if spec.sample_posterior is not None or self.draws is not None:
+            per_draw = self._scoring_bytes_per_draw(_num_rows(data))
+            memory.check_fits(
+                self._num_draws(check_num_samples(num_samples)) * per_draw,
+                f"pointwise_log_likelihood(num_samples={num_samples:,}) of "
+                f"{_num_rows(data):,} rows",
+                f"Pass num_samples <= {_most_that_fit(per_draw):,} or fewer rows; for log p(x) "
+                "use log_marginal_likelihood(), which draws in chunks of bounded memory.",
+            )
+        return spec.log_likelihood(self.sample_posterior(num_samples, seed), data)
+
+    def _num_draws(self, num_samples: int) -> int:
+        """How many draws ``sample_posterior(num_samples)`` gives: a sampler's at most all."""
+        if not self.draws:
+            return num_samples
+        chains, draws = next(iter(self.draws.values())).shape[:2]
+        return min(num_samples, chains * draws)
 
     def log_marginal_likelihood(
         self, x, num_samples: int = 1000, seed: int = 0, device: str = "cpu"
@@ -311,7 +356,10 @@ class FitResult:
         """Per-datum importance-weighted estimate of log p(x_n), in nats; returns (N,).
 
         Models with global latents (mixtures) use the fitted posterior as proposal,
-        ``log (1/S) sum_s p(x_n | theta_s)``, an estimate of ``log p(x_n | training data)``.
+        ``log (1/S) sum_s p(x_n | theta_s)``, an estimate of ``log p(x_n | training data)``;
+        more draws than fit in 256 MiB (with their log-likelihoods) are drawn in chunks, chunk
+        ``i`` seeded by ``inference.evaluation.chunk_seed(seed, 0, i)``, and summed with a
+        running log-sum-exp, so any ``num_samples`` runs in bounded memory.
         Models whose latents are local to a data point (a VAE) use the fitted guide,
         ``log (1/S) sum_s p(x_n, z_s) / q(z_s | x_n)`` (``inference.evaluation``), evaluated in
         chunks so memory stays bounded for any ``num_samples``.
@@ -358,8 +406,30 @@ class FitResult:
             return importance_statistics(self, data, num_samples, seed, device)[1]
         # Mixtures are scored in numpy, on the CPU; a device that is not there is still an error.
         get_backend(self.backend).resolve_device(device)
-        ll = self.pointwise_log_likelihood(x, num_samples, seed)
-        return logsumexp(ll, axis=0) - np.log(ll.shape[0])
+        data = self._checked(x)
+        size = max(1, CHUNK_BYTES // self._scoring_bytes_per_draw(_num_rows(data)))
+        if self._num_draws(num_samples) <= size:  # one draw, with the seed as given
+            ll = self._pointwise(data, num_samples, seed)
+            return logsumexp(ll, axis=0) - np.log(ll.shape[0])
+        log_sum, count = LogSumExp(), 0
+        for draws in self._posterior_in_chunks(num_samples, seed, size):
+            ll = get_model(self.model).log_likelihood(draws, data)
+            log_sum.add(ll)
+            count += ll.shape[0]
+        return log_sum.value() - np.log(count)
+
+    def _posterior_in_chunks(self, num_samples: int, seed: int, size: int):
+        """``num_samples`` posterior draws, ``size`` at a time: chunk ``i`` drawn fresh with
+        seed ``chunk_seed(seed, 0, i)``, or a sampler's draws (in memory already) sliced."""
+        if self.draws is not None:
+            draws = self.sample_posterior(num_samples, seed)
+            total = len(next(iter(draws.values())))
+            for start in range(0, total, size):
+                yield {k: v[start : start + size] for k, v in draws.items()}
+            return
+        for i, start in enumerate(range(0, num_samples, size)):
+            rng = np.random.default_rng(chunk_seed(seed, 0, i))
+            yield self._draw(min(size, num_samples - start), rng)
 
     def elbo(self, x, num_samples: int = 1, seed: int = 0, device: str = "cpu") -> np.ndarray:
         """Per-datum ELBO of new data under the fitted guide, in nats; returns (N,).
@@ -564,6 +634,30 @@ def _thinned(draws: dict, num_samples: int) -> dict:
         return draws
     keep = np.linspace(0, total - 1, num_samples).round().astype(int)
     return {k: v[keep] for k, v in draws.items()}
+
+
+#: Memory of posterior draws and their log-likelihoods scored at once by
+#: ``log_marginal_likelihood``; more draws than fit in it are drawn in chunks.
+CHUNK_BYTES = 256 * 2**20
+
+
+def _bytes_per_draw(draws: dict, allocated: bool = False) -> int:
+    """Bytes of one draw of ``draws`` (each with a leading axis of draws); with ``allocated``,
+    only of arrays that hold their own draws (a point estimate's are views of one array)."""
+    return sum(
+        v[:1].nbytes
+        for v in map(np.asarray, draws.values())
+        if v.ndim and not (allocated and v.strides[0] == 0)
+    )
+
+
+def _most_that_fit(per_draw: int) -> int:
+    """How many draws of ``per_draw`` bytes fit in the memory available (at least 1)."""
+    return max(1, (memory.available_memory() or 0) // max(1, per_draw))
+
+
+def _num_rows(data: dict) -> int:
+    return len(next(iter(data.values())))
 
 
 def _as_dict(spec, data) -> dict:

@@ -479,6 +479,9 @@ class SVI(Algorithm):
         and match an uninterrupted run of the new length."""
         return not state.schedule_spans_steps and state.problem.source is None
 
+    def processes(self, state: SVIState) -> int:
+        return 1 if state.shard is None else int(state.shard[1])
+
     def lead(self, state: SVIState) -> bool:
         return state.shard is None or state.shard[0] == 0
 

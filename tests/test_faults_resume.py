@@ -1,0 +1,167 @@
+"""Resume refuses a checkpoint of another run: whatever changes a fit's result and was given
+differently (starting arrays, validation data, a model option that is an array, the size of a
+data-parallel group) is named in the refusal, and a checkpoint written before a key was
+recorded still resumes the run it was written by."""
+
+import numpy as np
+import pytest
+
+import inference
+import zoo
+from inference import checkpoint
+from inference.checkpoint import CheckpointError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+BACKENDS = ["pyro", "numpyro"]
+
+
+@pytest.fixture(scope="module")
+def x():
+    return zoo.get_model("gmm").make_data(np.random.default_rng(0), 40)["x"]
+
+
+@pytest.fixture(scope="module")
+def responsibilities(x):
+    return np.random.default_rng(1).dirichlet(np.ones(2), size=len(x))
+
+
+def _fit(x, backend, path, *, model="gmm", num_steps=2, resume=False, **options):
+    return inference.fit(
+        model, {"x": x}, "svi", backend, K=2, num_steps=num_steps, tol=0.0, progress=False,
+        checkpoint=path, resume=resume, **options,
+    )  # fmt: skip
+
+
+def _refused(x, backend, path, match, **options):
+    with pytest.raises(CheckpointError, match=f"was written by another run; its {match}"):
+        _fit(x, backend, path, num_steps=4, resume=True, **options)
+
+
+def _rewrite_header(path, change) -> None:
+    """The checkpoint at ``path`` with its header changed by ``change(header)``, in place."""
+    header, arrays = checkpoint.load(path)
+    change(header)
+    checkpoint.save(path, header, arrays)
+
+
+def _as_older_file(header) -> None:
+    """A header as written before the starting values, the size of a data-parallel group and a
+    fit without validation were recorded."""
+    header.pop("init", None), header.pop("processes", None)
+    if header.get("validation_setup", "") is None:
+        del header["validation_setup"]
+
+
+# --- starting values ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_other_starting_responsibilities_are_refused(tmp_path, x, responsibilities, backend):
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, init=responsibilities)
+    other = responsibilities[::-1].copy()
+    _refused(x, backend, path, "init does not match this run's: 'array ", init=other)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_other_starting_parameters_are_refused(tmp_path, x, backend):
+    start = _fit(x, backend, None).raw_params
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, init=start)
+    other = {k: v + 0.5 if k == "means" else v for k, v in start.items()}
+    _refused(x, backend, path, "init does not match", init=other)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_starting_arrays_added_or_removed_are_refused(tmp_path, x, responsibilities, backend):
+    with_init, without = tmp_path / "with.zoo", tmp_path / "without.zoo"
+    _fit(x, backend, with_init, init=responsibilities)
+    _fit(x, backend, without)
+    _refused(x, backend, with_init, "options does not match .*init: 'array' there, None here")
+    _refused(x, backend, without, "options does not match .*init: None there, 'array' here",
+             init=responsibilities)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_same_starting_values_in_another_dtype_resume(tmp_path, x, responsibilities, backend):
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, init=responsibilities)
+    resumed = _fit(x, backend, path, num_steps=4, resume=True, init=responsibilities.tolist())
+    np.testing.assert_array_equal(resumed.history["step"], [1, 2, 3, 4])
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_validation_data_added_on_resume_are_refused(tmp_path, x, backend):
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path)
+    _refused(x, backend, path, "validation_setup does not match this run's: None there",
+             validation_data={"x": x[:10]}, validate_every=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_validation_data_removed_or_changed_on_resume_are_refused(tmp_path, x, backend):
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, validation_data={"x": x[:10]}, validate_every=2)
+    _refused(x, backend, path, "validation_setup does not match .* there, None here")
+    _refused(x, backend, path, "validation_setup does not match .*data_fingerprint",
+             validation_data={"x": x[10:20]}, validate_every=2)  # fmt: skip
+
+
+# --- what else changes a result ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_another_model_option_array_is_refused(tmp_path, x, backend):
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, model="bayesian_gmm", mean_prior=np.zeros(2))
+    with pytest.raises(CheckpointError, match="its config_fingerprint does not match"):
+        _fit(x, backend, path, model="bayesian_gmm", num_steps=4, resume=True,
+             mean_prior=np.array([0.0, 1e-9]))  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_checkpoint_of_a_data_parallel_group_of_another_size_is_refused(tmp_path, x, backend):
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path)
+    _rewrite_header(path, lambda header: header.update(processes=2))
+    _refused(x, backend, path, "processes does not match this run's: 2 there, 1 here")
+
+
+# --- files written before these keys were recorded ---------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("given", ["init", "validation", "neither"])
+def test_an_older_checkpoint_of_the_same_run_resumes(tmp_path, x, responsibilities, backend, given):
+    options = {
+        "init": {"init": responsibilities},
+        "validation": {"validation_data": {"x": x[:10]}, "validate_every": 2},
+        "neither": {},
+    }[given]
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, **options)
+    _rewrite_header(path, _as_older_file)
+    resumed = _fit(x, backend, path, num_steps=4, resume=True, **options)
+    np.testing.assert_array_equal(resumed.history["step"], [1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_older_checkpoint_without_validation_refuses_validation_data(tmp_path, x, backend):
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path)
+    _rewrite_header(path, _as_older_file)
+    _refused(x, backend, path, "validation_setup does not match this run's: None there",
+             validation_data={"x": x[:10]}, validate_every=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_older_checkpoint_that_validated_refuses_a_run_without(tmp_path, x, backend):
+    """A file from before the set-up was recorded keeps the validation's state: it validated."""
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, validation_data={"x": x[:10]}, validate_every=2)
+    _rewrite_header(path, lambda header: header.pop("validation_setup"))
+    _refused(x, backend, path, "validation_setup does not match this run's: 'validation data")
