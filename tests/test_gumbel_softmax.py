@@ -148,3 +148,20 @@ def test_gumbel_guides_refuse_another_objective(gmm_data):
             "bayesian_gmm", {"x": gmm_data}, "svi", "numpyro", guide="gumbel", elbo="trace",
             K=3, num_steps=2, progress=False,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "lr,temperatures",
+    [
+        # Stages: annealed over the 4 steps before the last stage, where the stopping rule starts.
+        (((2, 0.05), (2, 0.01), (1, 0.002)), [1.0, 0.4642, 0.2154, 0.1, 0.1, 0.1]),
+        (0.01, [1.0, 0.631, 0.3981, 0.2512, 0.1585, 0.1]),  # a constant rate: over num_steps
+    ],
+)
+def test_the_temperature_ends_where_the_stopping_rule_starts(gmm_data, lr, temperatures):
+    seen = []
+    inference.fit(
+        "bayesian_gmm", {"x": gmm_data}, "svi", "numpyro", guide="gumbel", K=2, lr=lr, num_steps=6,
+        tol=0, progress=False, callback=lambda step, state, info: seen.append(info.temperature),
+    )  # fmt: skip
+    np.testing.assert_allclose(seen, temperatures, atol=1e-4)
