@@ -223,8 +223,10 @@ class Comparison:
         ]
         runs = [(r, res) for r, res in runs if np.isfinite(r["objective_per_point"])]
         best = max(r["objective_per_point"] for r, _ in runs)
+        lowest = best
         for row, res in runs:
             y = _smoothed(res) / res.num_data
+            lowest = min(lowest, np.nanmin(y, initial=best))
             label = (
                 f"{row['algorithm']}{'-' + row['guide'] if row['guide'] else ''} ({row['backend']})"
             )
@@ -233,7 +235,11 @@ class Comparison:
                 label += ", relaxed ELBO"
             ax.plot(_time_after_warmup(res), y, label=label, lw=1.5)
         ax.set_xscale("log")
-        ax.set_ylim(best - 2.0, best + 0.2)
+        # Each panel spans its own curves (at most 2 nats/point below the best run, where a first
+        # step may start far off), so that curves a few hundredths apart stay apart.
+        low = max(lowest, best - 2.0)
+        pad = max(0.05 * (best - low), 0.005)
+        ax.set_ylim(low - pad, best + pad)
         ax.axhline(best - TARGET_GAP, color="grey", ls=":", lw=1)
         ax.set_xlabel("wall time (s, log scale; first step's compilation excluded)")
         objectives = sorted({row["objective"] for row, _ in runs})

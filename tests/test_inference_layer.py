@@ -630,3 +630,23 @@ def test_cli_list_fit_and_compare(tmp_path, gmm_data):
     rows = json.loads(out.stdout)
     assert [(r["model"], r["algorithm"]) for r in rows] == [("bayesian_gmm", "cavi"), ("gmm", "em")]
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_each_plot_panel_spans_its_own_curves():
+    """EM's log-likelihoods (within 0.1 nats/point of each other) once shared a range 2 nats
+    deep and lay flat along the top edge."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 200)
+    table = inference.compare(
+        "gmm", data, algorithms=["em"], backends=["pyro"], K=3, progress=False
+    )
+    fig, ax = plt.subplots()
+    table._plot_model(ax, "gmm")
+    low, high = ax.get_ylim()
+    y = table.results[0].history["objective"] / 200
+    plt.close(fig)
+    assert low <= y.min() and high >= y.max() and high - low < 2 * (y.max() - y.min()) + 0.02
