@@ -51,7 +51,10 @@ def time_bare(state, steps):
         update = jax.jit(lambda st, data: engine.svi.update(st, data, config))
         # The user's own start: NumPyro's SVI.init (the engine keeps its state as flat leaves).
         svi_state = engine.svi.init(jax.random.PRNGKey(0), engine.data, config)
-        svi_state, loss = update(svi_state, engine.data)  # compile
+        # Compile: twice, since the first update's output state (a weakly typed step count)
+        # differs in type from SVI.init's and is compiled for again at the second call.
+        for _ in range(2):
+            svi_state, loss = update(svi_state, engine.data)
         t0 = time.perf_counter()
         for _ in range(steps):
             svi_state, loss = update(svi_state, engine.data)
