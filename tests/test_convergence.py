@@ -32,16 +32,17 @@ def test_the_warning_is_a_user_warning_exported_from_inference():
     assert "ConvergenceWarning" in inference.__all__
 
 
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 @pytest.mark.parametrize("algorithm", ["svi", "cavi"])
-def test_a_run_cut_short_warns_and_is_not_converged(blobs, algorithm):
-    res, caught = _fit_quietly("bayesian_gmm", blobs, algorithm, "numpyro", K=2, num_steps=3)
+def test_a_run_cut_short_warns_and_is_not_converged(blobs, algorithm, backend):
+    res, caught = _fit_quietly("bayesian_gmm", blobs, algorithm, backend, K=2, num_steps=3)
     assert not res.converged and res.num_steps == 3
     assert len(caught) == 1
     message = str(caught[0].message)
-    assert algorithm in message and "'bayesian_gmm'" in message and "numpyro" in message
+    assert algorithm in message and "'bayesian_gmm'" in message and backend in message
     assert "num_steps=3" in message and "tol=0" in message
     # tol=0 asks for a fixed number of steps: no rule, no warning.
-    res, caught = _fit_quietly("bayesian_gmm", blobs, algorithm, "numpyro", K=2, num_steps=3, tol=0)
+    res, caught = _fit_quietly("bayesian_gmm", blobs, algorithm, backend, K=2, num_steps=3, tol=0)
     assert not res.converged and not caught
 
 
@@ -119,9 +120,10 @@ def test_nuts_problems_read_arvizs_thresholds():
     assert "3 divergent" in problems[2]
 
 
-def test_a_short_nuts_run_warns(blobs):
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_short_nuts_run_warns(blobs, backend):
     res, caught = _fit_quietly(
-        "bayesian_gmm", blobs, "nuts", "numpyro", K=2, num_chains=2, num_warmup=10,
+        "bayesian_gmm", blobs, "nuts", backend, K=2, num_chains=2, num_warmup=10,
         num_draws=10, max_tree_depth=3,
     )  # fmt: skip
     assert len(caught) == 1 and "bulk ESS" in str(caught[0].message)
