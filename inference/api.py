@@ -527,6 +527,8 @@ def fit(
     # The process that writes the checkpoint holds a lock on it from resume to the last write.
     guard = exclusive(checkpoint) if checkpoint is not None and lead else contextlib.nullcontext()
     setup = time.perf_counter() - started
+    # What a non-finite objective, parameter or summary is told to try, the options given first.
+    advice = nonfinite_advice(alg, spec, {**own, **model_opts})
     with guard:
         state, history, converged = run(
             alg,
@@ -543,9 +545,9 @@ def fit(
             make_result=make_result,
             validation=validation,
             write_checkpoints=lead,
-            advice=nonfinite_advice(alg, spec, {**own, **model_opts}),
+            advice=advice,
         )
-    result = final_result(make_result, state, history, converged, nonfinite_advice(alg, spec))
+    result = final_result(make_result, state, history, converged, advice)
     result.timing["wall"] = time.perf_counter() - started
     _warn_unconverged(alg, spec, back.NAME, result, num_steps, tol)
     return result
