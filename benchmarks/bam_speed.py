@@ -72,15 +72,27 @@ def _no_prior_gradient():
 def _no_layer_kl():
     """Every layer's KL replaced by zero: the KL's forward and backward passes and the prior's
     backward pass (the prior is still built)."""
-    import torch
 
     from inference.backends import pyro_meanfield
 
     def zero(q, p):
-        return torch.zeros(q.batch_shape)
+        like = _a_tensor_of(q)  # on the distribution's device and in its dtype
+        return like.new_zeros(q.batch_shape)
 
     with patch.object(pyro_meanfield, "kl_divergence", zero):
         yield
+
+
+def _a_tensor_of(distribution):
+    """A parameter tensor of ``distribution`` (looking inside wrappers such as ``Independent``)."""
+    import torch
+
+    for value in vars(distribution).values():
+        if isinstance(value, torch.Tensor):
+            return value
+        if isinstance(value, torch.distributions.Distribution):
+            return _a_tensor_of(value)
+    raise ValueError(f"{type(distribution).__name__} holds no tensor")
 
 
 # name -> a context manager that swaps one part of a Pyro Bayesian step for a stand-in.

@@ -202,3 +202,19 @@ def test_gpu_check_finds_where_the_device_becomes_faster():
     assert crossover([(10**4, 0.5)]).startswith("the device is faster at every size")
     assert crossover([(10**4, 5.0), (10**6, 2.0)]).startswith("the CPU is faster at every size")
     assert crossover([(10**4, 0.5), (10**6, 2.0)]).startswith("no single crossing")
+
+
+def test_the_ablated_layer_kl_is_zero_where_the_distribution_lives():
+    """The stand-in KL has its distribution's dtype and device (a CPU float32 zero made a GPU
+    step fail)."""
+    import torch
+    from pyro.distributions import Normal
+
+    script = runpy.run_path(str(BENCHMARKS / "bam_speed.py"), run_name="bam_speed")
+    q = Normal(torch.zeros(3, dtype=torch.float64), 1.0).to_event(1)
+    with script["_no_layer_kl"]():
+        from inference.backends import pyro_meanfield
+
+        zero = pyro_meanfield.kl_divergence(q, q)
+    assert zero.dtype == torch.float64 and zero.device == q.base_dist.loc.device
+    assert zero.shape == q.batch_shape and not zero.any()

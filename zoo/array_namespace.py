@@ -34,6 +34,11 @@ class TorchOps:
     def asarray(self, value, like):
         return self.torch.as_tensor(_for_torch(value), dtype=like.dtype, device=like.device)
 
+    def index(self, array, like):
+        """Integer ``array`` (numpy) as an index tensor on ``like``'s device, made once: a numpy
+        index moves to a GPU at every use, and each move waits for the device."""
+        return self.torch.as_tensor(array, device=like.device)
+
     def ones(self, shape, like):
         return self.torch.ones(shape, dtype=like.dtype, device=like.device)
 
@@ -174,6 +179,10 @@ class JaxOps:
 
     def asarray(self, value, like):
         return self.jnp.asarray(value, dtype=like.dtype)
+
+    def index(self, array, like):
+        """Integer ``array`` as it is: a numpy index is a constant of the compiled function."""
+        return array
 
     def ones(self, shape, like):
         return self.jnp.ones(shape, dtype=like.dtype)

@@ -57,9 +57,9 @@ def quadratic_cache(x, xp, shift=None) -> dict:
     return {
         "features": xp.layout_features(features),
         "shift": shift,
-        "triangle": triangle.ravel(),
-        "tri_rows": rows,
-        "tri_cols": cols,
+        "triangle": xp.index(triangle.ravel(), like=x),
+        "tri_rows": xp.index(rows, like=x),
+        "tri_cols": xp.index(cols, like=x),
         "multiplicity": xp.asarray(multiplicity, like=x),
     }
 

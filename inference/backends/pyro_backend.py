@@ -133,6 +133,15 @@ def _positional(fn, keys, config):
     return call
 
 
+def upload(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on ``device`` without waiting for the device: to a GPU through pinned memory
+    and an asynchronous copy, as torch's data loaders do (a plain copy from pageable memory
+    waits for every queued kernel, once per step)."""
+    if device.type != "cuda" or value.device.type != "cpu":
+        return value.to(device)
+    return value.pin_memory().to(device, non_blocking=True)
+
+
 def _fusable(params) -> bool:
     """Whether torch's fused Adam takes these parameters: floating point, on a CPU or GPU."""
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
@@ -244,7 +253,7 @@ class SVIEngine:
         data = self.data if data is None else data
         if rows is None:
             return data
-        index = torch.as_tensor(rows, device=self.device)
+        index = upload(torch.as_tensor(rows), self.device)
         return {k: v.index_select(0, index) for k, v in data.items()}
 
     def step(self, state=None, temperature=None, rows=None, batch=None, data=None):
@@ -338,7 +347,7 @@ class SVIEngine:
     def _temperature(self, temperature):
         if temperature is None:
             return None
-        return torch.as_tensor(temperature, dtype=self.dtype, device=self.device)
+        return upload(torch.as_tensor(temperature, dtype=self.dtype), self.device)
 
     def params(self, state=None) -> dict[str, np.ndarray]:
         store = pyro.get_param_store()
