@@ -6,6 +6,12 @@ from pathlib import Path
 # No persistent compilation cache: the tests neither write into the user's cache nor depend on
 # what earlier runs left there (they count compilations). Scripts the tests start inherit it.
 os.environ.setdefault("ZOO_JAX_CACHE", "0")
+# One OpenBLAS thread, set before SciPy's OpenBLAS loads (xdist's workers inherit it): JAX's
+# LAPACK kernels on CPU (a triangular solve, a Cholesky) call it, and its threads spin while they
+# wait. With other processes on the cores (the other xdist workers), each of a NUTS or SVI step's
+# tiny solves then waits for a descheduled thread: NUTS on the built-in mixture ran a 0.1 s chunk
+# in over 100 s. One thread gives the same draws, bit for bit.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
