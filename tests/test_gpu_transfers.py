@@ -18,7 +18,7 @@ def test_upload_to_the_cpu_is_a_plain_move():
 
 def test_feature_indices_are_device_tensors_on_torch_and_constants_on_jax():
     """A numpy index moves to a GPU at every use of it, and each move waits for the device:
-    torch's cache holds the indices as tensors where the data live; JAX keeps numpy constants."""
+    torch's cache holds the indices as tensors where the data live; JAX's keeps them as numpy."""
     x = np.random.default_rng(0).normal(size=(5, 3))
     torch_cache = quadratic_cache(torch.as_tensor(x), TorchOps())
     for key in ("triangle", "tri_rows", "tri_cols"):

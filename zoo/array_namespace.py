@@ -181,7 +181,8 @@ class JaxOps:
         return self.jnp.asarray(value, dtype=like.dtype)
 
     def index(self, array, like):
-        """Integer ``array`` as it is: a numpy index is a constant of the compiled function."""
+        """Integer ``array`` unchanged (numpy): JAX moves it with a compiled function's other
+        arguments, without waiting for the device."""
         return array
 
     def ones(self, shape, like):
