@@ -218,3 +218,23 @@ def test_the_ablated_layer_kl_is_zero_where_the_distribution_lives():
         zero = pyro_meanfield.kl_divergence(q, q)
     assert zero.dtype == torch.float64 and zero.device == q.base_dist.loc.device
     assert zero.shape == q.batch_shape and not zero.any()
+
+
+def test_code_shape_counts_code_lines_and_parameters(tmp_path):
+    script = runpy.run_path(str(BENCHMARKS / "code_shape.py"), run_name="code_shape")
+    source = tmp_path / "m.py"
+    source.write_text(
+        "class C:\n"
+        "    def f(self, a, *b, c=1, **d):\n"
+        '        """Docstring,\n\n        on three lines."""\n'
+        "        # a comment\n"
+        "\n"
+        "        x = (a +\n"
+        "             c)\n"
+        "        return x\n"
+    )
+    (found,) = script["functions"](source, tmp_path)
+    assert (found.name, found.lines, found.params) == ("C.f", 3, 4)
+    figures = script["shape"](BENCHMARKS.parent / "inference", 3)
+    assert figures["functions"] > 100 and len(figures["longest"]) == 3
+    assert script["contract"]()["abstract"] >= 4
