@@ -277,3 +277,27 @@ def test_natural_gradient_steps_are_not_guessed_from_an_old_closed_form():
         )
     assert spec.updates.objective == "elbo" and spec.updates.family == "cavi"
     assert not spec.updates.natural_gradient
+
+
+def test_a_comparison_labels_the_relaxed_guides_curves_from_the_spec():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 60)
+    table = inference.compare(
+        "bayesian_gmm",
+        data,
+        algorithms=["cavi", "svi"],
+        backends=["pyro"],
+        guides=["enum", "gumbel"],
+        K=2,
+        num_steps=3,
+        progress=False,
+    )
+    fig, ax = plt.subplots()
+    table._plot_model(ax, "bayesian_gmm")
+    labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+    plt.close(fig)
+    assert sorted(labels) == ["cavi (pyro)", "svi-enum (pyro)", "svi-gumbel (pyro), relaxed ELBO"]
