@@ -249,9 +249,12 @@ def check_model(
     skipped: their failures would only repeat it. Never raises for a failing model; read the
     report (``report.passed``, ``print(report)``).
 
-    The example problem is a small data set from ``spec.make_data``; each fit runs on it with
-    ``tol=0`` and no progress bar. The cheap checks alone, without fitting, are
-    :func:`zoo.testing.check_spec` and :func:`zoo.testing.check_registration`.
+    The example problem is a small data set from ``spec.make_data`` (60 points, seed 0:
+    :func:`zoo.testing.example_problem`); each fit runs on it with ``tol=0`` and no progress
+    bar, and the defaults otherwise: SVI fits the default guide only (the first of
+    ``spec.guides``), while the registration check traces every guide. The cheap checks alone,
+    without fitting, are :func:`zoo.testing.check_spec` and
+    :func:`zoo.testing.check_registration`.
 
     Parameters
     ----------

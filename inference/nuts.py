@@ -5,8 +5,8 @@ reference the other algorithms are measured against (``inference.compare(...,
 reference="nuts")``). It samples models whose latent variables are all global, or discrete and
 enumerable: the discrete ones (a mixture's ``z``) are summed out of the potential energy, as
 SVI's enumerated guides sum them out of the ELBO. A model says it is such a model by declaring
-how its sampled sites read as posterior draws (``ModelSpec.draws_from_sites``) and where its
-chains start (``ModelSpec.sites_from_params``).
+how its sampled sites read as posterior draws (``ModelSpec.draws_from_sites``) and a point of its
+sites read from raw parameters (``ModelSpec.sites_from_params``), where a mixture's chains start.
 
 A step of the loop is a chunk of ``chunk_size`` iterations of every chain: the first
 ``num_warmup`` iterations adapt the step size and the (diagonal or dense) mass matrix and are

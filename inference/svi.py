@@ -1,11 +1,11 @@
 """Stochastic variational inference with the model's guides (``algorithm="svi"``).
 
-The guide name picks how discrete latents are handled: a guide the twin lists in
-``ENUMERATED_GUIDES`` sums them out exactly (``TraceEnum_ELBO``); a guide it lists in
-``RELAXED_GUIDES`` (a Gumbel-softmax guide) samples a relaxed one-hot ``z`` whose temperature is
-annealed geometrically from ``temperature[0]`` to ``temperature[1]`` by the learning rate's last
-stage (or over ``num_steps``, see ``SVIOptions.temperature``); a guide
-it lists in ``CLOSED_FORM_KL_GUIDES`` is always fitted with the mean-field ELBO, which takes the
+The guide's kind, which the spec declares (``ModelSpec.guide_kinds``, read by
+``ModelSpec.guide_kind``), picks how discrete latents are handled: an enumerated guide sums them
+out exactly (``TraceEnum_ELBO``); a relaxed (Gumbel-softmax) guide samples a relaxed one-hot
+``z`` whose temperature is annealed geometrically from ``temperature[0]`` to ``temperature[1]``
+by the learning rate's last stage (or over ``num_steps``, see ``SVIOptions.temperature``); a
+guide of kind ``closed_form_kl`` is always fitted with the mean-field ELBO, which takes the
 closed-form KL at the sites that have one (Jang et al.'s Gumbel-softmax objective). A twin
 may instead define ``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then
 passes that value as ``temperature`` at each step (the Bayesian attention classifier reads it as
@@ -229,20 +229,19 @@ class SVI(Algorithm):
 
     def ignores(self, spec, backend: str, options: SVIOptions, name: str) -> str | None:
         """The temperature anneals a relaxed guide only; an enumerated guide has its own
-        objective (TraceEnum_ELBO); a guide that draws nothing at random (the twin's
-        ``DETERMINISTIC_GUIDES``: point masses and enumerated discrete sites) has an exact ELBO,
-        which more particles or another estimator do not change; and an importance-weighted
-        bound of one particle is the ELBO itself."""
-        twin = spec.twin(backend)
+        objective (TraceEnum_ELBO); a guide that draws nothing at random (a deterministic one:
+        point masses and enumerated discrete sites) has an exact ELBO, which more particles or
+        another estimator do not change; and an importance-weighted bound of one particle is the
+        ELBO itself."""
         guide = options.guide or spec.guides[0]
-        if name == "temperature" and guide not in getattr(twin, "RELAXED_GUIDES", ()):
+        kind = spec.guide_kind(guide, backend)
+        if name == "temperature" and not kind.relaxed:
             return (
                 "temperature= anneals a relaxed (Gumbel-softmax) guide; guide "
                 f"{guide!r} does not use it."
             )
-        enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
-        deterministic = guide in getattr(twin, "DETERMINISTIC_GUIDES", ())
-        if name == "elbo" and options.elbo != "meanfield" and _closed_form_kl(twin, guide):
+        enumerated, deterministic = kind.enumerated, kind.deterministic
+        if name == "elbo" and options.elbo != "meanfield" and kind.closed_form_kl:
             return (
                 f"elbo={options.elbo!r} does not apply to guide {guide!r}, which is always "
                 "fitted with the mean-field ELBO (elbo='meanfield': the closed-form KL between "
@@ -298,7 +297,8 @@ class SVI(Algorithm):
         data, config = problem.backend_data(), problem.backend_config()
         spans_steps = True
         settled = learning_rate.last_stage_start(lr)
-        if guide in getattr(twin, "RELAXED_GUIDES", ()):
+        kind = spec.guide_kind(guide, back.NAME)
+        if kind.relaxed:
             # The temperature reaches its end when the learning rate enters its last stage,
             # where the stopping rule starts: that rule then sees a fixed objective (annealed
             # over num_steps, the run stopped at about a third of the default 30,000, still at
@@ -341,7 +341,7 @@ class SVI(Algorithm):
             if batches is None and source is None:  # full batch: each process keeps its share
                 data = {k: v[_share(problem.num_data, shard)] for k, v in data.items()}
         _check_particle_memory(problem, options.num_particles, batch_rows or source_rows)
-        enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
+        enumerated = kind.enumerated
         if enumerated:
             _check_enumerable(back.NAME, config, guide)
         engine = back.SVIEngine(
@@ -349,7 +349,7 @@ class SVI(Algorithm):
             guide_fn,
             data,
             config,
-            elbo="enum" if enumerated else _objective(twin, guide, options.elbo),
+            elbo="enum" if enumerated else _objective(kind, options.elbo),
             lr=lr,
             num_particles=int(options.num_particles),
             seed=problem.seed,
@@ -460,7 +460,8 @@ class SVI(Algorithm):
             "temperature": list(options.temperature),
             "batch_size": options.batch_size,
             "elbo": _objective(
-                state.problem.spec.twin(state.problem.backend.NAME), state.guide, options.elbo
+                state.problem.spec.guide_kind(state.guide, state.problem.backend.NAME),
+                options.elbo,
             ),
             "guide": state.guide,
             "num_steps": state.problem.num_steps,
@@ -493,20 +494,15 @@ class SVI(Algorithm):
         return fresh_elbo(result, data, num_particles=100)
 
 
-def _closed_form_kl(twin, guide: str) -> bool:
-    return guide in getattr(twin, "CLOSED_FORM_KL_GUIDES", ())
-
-
-def _objective(twin, guide: str, elbo: str) -> str:
-    """The ELBO a guide is fitted with: the mean-field one for a guide whose twin lists it in
-    ``CLOSED_FORM_KL_GUIDES``, else ``elbo``."""
-    return "meanfield" if _closed_form_kl(twin, guide) else elbo
+def _objective(kind, elbo: str) -> str:
+    """The ELBO a guide of kind ``kind`` is fitted with: the mean-field one for a guide that
+    takes the closed-form KL (``closed_form_kl``), else ``elbo``."""
+    return "meanfield" if kind.closed_form_kl else elbo
 
 
 def _enumerated_guide(spec, backend: str) -> str | None:
     """The model's first guide that sums its discrete latents out, if it has one."""
-    enumerated = getattr(spec.twin(backend), "ENUMERATED_GUIDES", ())
-    return next((g for g in spec.guides if g in enumerated), None)
+    return next((g for g in spec.guides if spec.guide_kind(g, backend).enumerated), None)
 
 
 def _share(num_rows: int, shard):

@@ -171,7 +171,7 @@ def _site_names(spec) -> set[str]:
     runs += [(g, twin.make_guide(g, tconfig, start)) for g in spec.guides]
     names = set()
     for guide, fn in runs:
-        temperature = testing._svi_temperature(twin, guide, config)
+        temperature = testing._svi_temperature(twin, spec.guide_kind(guide, "pyro"), config)
         if temperature is not None:
             temperature = torch.tensor(temperature, dtype=torch.float64)
         with pyro.get_param_store().scope(), torch.random.fork_rng():

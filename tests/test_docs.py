@@ -39,6 +39,7 @@ OBJECTS = [
     # the model registry
     "zoo:ModelSpec",
     "zoo:DataField",
+    "zoo:GuideKind",
     "zoo:ModelSpecError",
     "zoo:register",
     "zoo:unregister",

@@ -13,6 +13,7 @@ Kept cheap: the table's fits stop before any step (a step would fail the test, s
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import numpy as np
@@ -22,6 +23,7 @@ import inference
 import zoo
 from inference import NonFiniteObjectiveError
 from inference.streaming import is_out_of_core
+from zoo.testing import check_registration
 
 try:  # the fake DataFrame below carries the assertions; pandas, when installed, as well
     import pandas
@@ -336,17 +338,23 @@ def test_num_particles_is_taken_where_the_guide_draws_latents():
 
 
 def test_every_deterministic_guide_is_checked_at_registration():
-    """The twins' DETERMINISTIC_GUIDES are what SVI refuses num_particles= on: a guide listed
-    there that draws a latent at random is refused when the model is registered."""
+    """The guides the spec declares deterministic are what SVI refuses num_particles= on: a
+    guide declared so that draws a latent at random is refused when the model is registered."""
     from zoo.testing import _check_deterministic_guide
 
-    twin = type("Twin", (), {"DETERMINISTIC_GUIDES": ("enum",)})
+    kind = zoo.GuideKind(enumerated=True, deterministic=True)
     sites = {"means": (False, frozenset(), False, False), "z": (False, frozenset(), True, False)}
     spec = zoo.get_model("bayesian_gmm")
     with pytest.raises(zoo.ModelSpecError, match=r"draws the site\(s\) \['means'\] at random"):
-        _check_deterministic_guide(spec, "numpyro", "enum", twin, sites)
+        _check_deterministic_guide(spec, "numpyro", "enum", kind, sites)
     sites["means"] = (False, frozenset(), False, True)  # a point mass
-    _check_deterministic_guide(spec, "numpyro", "enum", twin, sites)
+    _check_deterministic_guide(spec, "numpyro", "enum", kind, sites)
+    # The whole registration check refuses it too: bayesian_gmm's "enum" guide samples the
+    # global factors.
+    kinds = {"enum": zoo.GuideKind(enumerated=True, deterministic=True)}
+    wrong = dataclasses.replace(spec, name="wrongly_deterministic", guide_kinds=kinds)
+    with pytest.raises(zoo.ModelSpecError, match=r"is declared deterministic \(guide_kinds\)"):
+        check_registration(wrong)
 
 
 def test_an_init_the_sampler_would_ignore_is_refused(no_steps, regression_spec):

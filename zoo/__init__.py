@@ -14,7 +14,7 @@ import warnings
 
 from zoo.options import did_you_mean
 from zoo.plugins import new_entry_points
-from zoo.spec import BACKENDS, DataField, ModelSpec, ModelSpecError
+from zoo.spec import BACKENDS, DataField, GuideKind, ModelSpec, ModelSpecError
 from zoo.testing import check_registration, check_spec
 from zoo.updates import ClosedFormUpdates
 
@@ -23,6 +23,7 @@ __all__ = [
     "ClosedFormUpdates",
     "ENTRY_POINT_GROUP",
     "DataField",
+    "GuideKind",
     "ModelSpec",
     "ModelSpecError",
     "ZooPluginWarning",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -86,6 +87,115 @@ class DataField:
     bounds: tuple[int | str, int | str] | None = None
 
 
+@dataclass(frozen=True)
+class GuideKind:
+    """How SVI treats one of a model's guides; declared in :attr:`ModelSpec.guide_kinds`.
+
+    A guide declared nowhere is plain: it samples every latent site, and SVI fits it with the
+    ELBO the caller picks (``elbo=``, ``num_particles=``). The flags say what else SVI must know,
+    and may combine (a mixture's guide that sums ``z`` out and holds point masses for the rest
+    is enumerated and deterministic). Each parameter is an attribute of the same name (frozen).
+
+    Parameters
+    ----------
+    enumerated : bool
+        The guide leaves the model's discrete sites (in the ``data`` plate) unsampled, and SVI
+        sums them out exactly (``TraceEnum_ELBO``); the registration checks accept the guide
+        without those sites.
+    relaxed : bool
+        A Gumbel-softmax guide: it samples a relaxed one-hot site at the temperature SVI passes
+        as ``temperature``, annealed from ``temperature[0]`` to ``temperature[1]`` (the
+        ``temperature=`` option, which SVI refuses for other guides).
+    deterministic : bool
+        The guide draws nothing at random: every site is a point mass (``Delta``) or a discrete
+        site summed out. Its ELBO is exact, so SVI refuses ``num_particles=`` and ``elbo=``
+        (which would change nothing), and the registration checks refuse a guide declared so
+        that draws a site at random.
+    closed_form_kl : bool
+        SVI always fits the guide with the mean-field ELBO (``elbo="meanfield"``), which takes
+        the closed-form KL at the sites that have one (Jang et al.'s Gumbel-softmax objective
+        uses the KL between the categoricals of ``z``); SVI refuses another ``elbo=``.
+
+    Examples
+    --------
+    >>> import zoo
+    >>> zoo.GuideKind(enumerated=True, deterministic=True)
+    GuideKind(enumerated=True, deterministic=True)
+    >>> zoo.GuideKind()  # a plain guide
+    GuideKind()
+    >>> spec = zoo.get_model("bayesian_gmm")
+    >>> spec.guide_kind("gumbel")
+    GuideKind(relaxed=True, closed_form_kl=True)
+    >>> spec.guide_kind("gumbel").relaxed, spec.guide_kind("enum").relaxed
+    (True, False)
+    """
+
+    enumerated: bool = False
+    relaxed: bool = False
+    deterministic: bool = False
+    closed_form_kl: bool = False
+
+    def __repr__(self) -> str:
+        # Only the flags that are set: the repr is what a spec writes.
+        flags = ", ".join(
+            f"{name}={value!r}" for name, value in vars(self).items() if value is not False
+        )
+        return f"GuideKind({flags})"
+
+    def problems(self, guide: str) -> list[str]:
+        """What contradicts itself in the declaration of ``guide``, for the spec checks."""
+        out = [
+            f"guide_kinds[{guide!r}].{name} must be True or False; got {value!r}."
+            for name, value in vars(self).items()
+            if not isinstance(value, bool)
+        ]
+        if out:
+            return out
+        if self.relaxed and self.enumerated:
+            out.append(
+                f"guide {guide!r} is declared both relaxed and enumerated: a relaxed guide "
+                "samples the discrete site (relaxed), an enumerated one leaves it to be summed "
+                "out. Declare one of the two."
+            )
+        if self.relaxed and self.deterministic:
+            out.append(
+                f"guide {guide!r} is declared both relaxed and deterministic: a relaxed guide "
+                "draws Gumbel noise, so its ELBO is not exact. Drop deterministic=True."
+            )
+        if self.enumerated and self.closed_form_kl:
+            out.append(
+                f"guide {guide!r} is declared both enumerated and closed_form_kl: SVI fits an "
+                "enumerated guide with TraceEnum_ELBO, not the mean-field ELBO. Declare one of "
+                "the two."
+            )
+        return out
+
+
+#: The twin-module constants that listed guides of each kind before the spec declared them
+#: (``ModelSpec.guide_kinds``), and the flag of :class:`GuideKind` each stands for. Twins that
+#: still define them are read, with a ``DeprecationWarning``, while the spec declares no kinds.
+LEGACY_GUIDE_CONSTANTS = {
+    "ENUMERATED_GUIDES": "enumerated",
+    "RELAXED_GUIDES": "relaxed",
+    "DETERMINISTIC_GUIDES": "deterministic",
+    "CLOSED_FORM_KL_GUIDES": "closed_form_kl",
+}
+
+
+def legacy_guide_kinds(twin: ModuleType) -> dict[str, GuideKind]:
+    """The guide kinds a twin module declares by the old constants (empty when it has none)."""
+    flags: dict[str, dict[str, bool]] = {}
+    for constant, flag in LEGACY_GUIDE_CONSTANTS.items():
+        for guide in getattr(twin, constant, ()):
+            flags.setdefault(guide, {})[flag] = True
+    return {guide: GuideKind(**set_flags) for guide, set_flags in flags.items()}
+
+
+def legacy_constants(twin: ModuleType) -> list[str]:
+    """The old guide-kind constants a twin module still defines."""
+    return [name for name in LEGACY_GUIDE_CONSTANTS if hasattr(twin, name)]
+
+
 def rows_text(rows, row_ids=None) -> str:
     """``"2 row(s): 5, 35"`` for the positions ``rows`` of an array; ``row_ids`` (one per row of
     that array) renames them, so that a minibatch's rows are named by their rows in the user's
@@ -119,6 +229,11 @@ class ModelSpec:
         ``make_guide(name, config, init)``.
     guides : tuple of str
         Guide names offered to SVI; the first is the default.
+    guide_kinds : mapping of str to GuideKind
+        How SVI treats each guide that is not plain, by name (a name of ``guides``): which sum
+        the discrete sites out, which are relaxed (Gumbel-softmax), which draw nothing at random,
+        which take the closed-form KL. Declared once here, for both twins; a guide absent from
+        it is plain. :meth:`guide_kind` reads it.
     prepare : callable
         ``prepare(data: dict[str, np.ndarray], **options) -> Config``: validates the model options
         against the data and returns the model configuration (priors as numpy arrays).
@@ -158,9 +273,12 @@ class ModelSpec:
         enumerable, so that NUTS can sample it. Requires ``sites_from_params``.
     sites_from_params : callable, optional
         ``sites_from_params(raw_params, config) -> sites``: a point in the support of every
-        latent sample site (numpy, site shapes without a draw axis), read from the raw parameters
-        of a fitted posterior or of ``exact_posterior`` (its mean where it has one); the
-        sampler's chains start there.
+        latent sample site (numpy, site shapes without a draw axis), read from raw parameters
+        (its mean where it has one). The sampler's chains start there for a model whose
+        ``updates`` start from responsibilities (a mixture), at the point every algorithm
+        starts from (one closed-form update from the initial responsibilities); other models'
+        chains start where the backend puts them (uniform in [-2, 2] on the unconstrained
+        space), and the function is not called.
     exact_posterior : callable, optional
         ``exact_posterior(data, config) -> raw_params``: the posterior in closed form, as raw
         parameters that ``sample_posterior(raw_params, config, "exact", rng, num_samples)``
@@ -184,6 +302,18 @@ class ModelSpec:
     tags : tuple of str
         Free-form labels such as ``"discrete-latent"`` or ``"conjugate"``.
 
+    Other Parameters
+    ----------------
+    algorithms : tuple of str, optional
+        Deprecated and ignored, with a ``DeprecationWarning``: which algorithms fit a model
+        follows from what the spec declares (``guides`` for SVI, ``updates`` for CAVI or EM).
+    closed_form, conjugate_updates : str, optional
+        Deprecated, with a ``DeprecationWarning``: the module path of a mixture's closed-form
+        updates (which start from responsibilities), or of another model's (which start from the
+        data). Mapped to ``updates=ClosedFormUpdates(module, objective=..., start=...)``, the
+        objective read from ``algorithms`` (``"cavi"``: the ELBO; ``"em"``: a log-likelihood);
+        a ``ModelSpecError`` when ``algorithms`` does not say which.
+
     See Also
     --------
     zoo.register : Add a spec to the registry, after checking it.
@@ -198,6 +328,8 @@ class ModelSpec:
     >>> spec = zoo.get_model("gmm")
     >>> spec.name, spec.guides, sorted(spec.backends)
     ('gmm', ('enum',), ['numpyro', 'pyro'])
+    >>> spec.guide_kinds  # SVI sums z out; the rest of the guide is point masses
+    {'enum': GuideKind(enumerated=True, deterministic=True)}
     >>> spec.backends["pyro"]
     'zoo.gmm.pyro_model'
     >>> data = spec.make_data(np.random.default_rng(0), 5)
@@ -243,6 +375,63 @@ class ModelSpec:
     minibatch: bool = False
     example_options: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = field(default_factory=tuple)
+    _: KW_ONLY
+    guide_kinds: Mapping[str, GuideKind] = field(default_factory=dict)
+    # The keywords of the previous revision, accepted for one release (__post_init__). An
+    # InitVar with a default keeps dataclasses.replace working: it passes the class attribute,
+    # None, which means "not given".
+    algorithms: InitVar[tuple[str, ...] | None] = None
+    closed_form: InitVar[str | None] = None
+    conjugate_updates: InitVar[str | None] = None
+
+    def __post_init__(self, algorithms, closed_form, conjugate_updates) -> None:
+        if algorithms is None and closed_form is None and conjugate_updates is None:
+            return
+        updates = _updates_from_old_keywords(
+            self.name, self.updates, algorithms, closed_form, conjugate_updates
+        )
+        object.__setattr__(self, "updates", updates)
+
+    def guide_kind(self, name: str, backend: str | None = None) -> GuideKind:
+        """How SVI treats guide ``name``: its entry in ``guide_kinds``, else a plain guide.
+
+        A spec that declares no kinds while its twin module still lists guides in the constants
+        of the previous revision (``ENUMERATED_GUIDES``, ``RELAXED_GUIDES``,
+        ``DETERMINISTIC_GUIDES``, ``CLOSED_FORM_KL_GUIDES``) gets them from the twin of
+        ``backend`` (imported), with a ``DeprecationWarning`` that says what to declare instead.
+
+        Parameters
+        ----------
+        name : str
+            A guide name (``guides``); a name declared nowhere, or None, is a plain guide.
+        backend : {"pyro", "numpyro"}, optional
+            The twin whose old constants are read where the spec declares no kinds.
+
+        Returns
+        -------
+        GuideKind
+            The guide's kind; ``GuideKind()`` for a plain guide.
+
+        Examples
+        --------
+        >>> import zoo
+        >>> spec = zoo.get_model("gmm")
+        >>> spec.guide_kind("enum")
+        GuideKind(enumerated=True, deterministic=True)
+        >>> spec.guide_kind("enum").deterministic
+        True
+        >>> zoo.get_model("vae").guide_kind("amortized")
+        GuideKind()
+        """
+        if self.guide_kinds or backend is None or backend not in self.backends:
+            return self.guide_kinds.get(name, PLAIN_GUIDE)
+        twin = self.twin(backend)
+        old = legacy_constants(twin)
+        if not old:
+            return PLAIN_GUIDE
+        kinds = legacy_guide_kinds(twin)
+        warnings.warn(legacy_constants_message(self, twin, old, kinds), DeprecationWarning, 2)
+        return kinds.get(name, PLAIN_GUIDE)
 
     @property
     def built_in(self) -> bool:
@@ -481,3 +670,97 @@ class ModelSpec:
                     + (f" ({named})" if named else "")
                     + f"; got {found} in {rows_text(np.nonzero(bad)[0], row_ids)}."
                 )
+
+
+#: The kind of a guide declared nowhere: it samples every latent site, fitted with any ELBO.
+PLAIN_GUIDE = GuideKind()
+
+
+def legacy_constants_message(spec, twin, constants, kinds) -> str:
+    """The deprecation of a twin's guide-kind constants, with what to write instead."""
+    if kinds:
+        declared = ", ".join(f"{guide!r}: zoo.{kind!r}" for guide, kind in kinds.items())
+        instead = (
+            f"Declare the kinds once, in the spec: ModelSpec(..., guide_kinds={{{declared}}}), "
+            "and delete the constants from both twins."
+        )
+    else:
+        instead = (
+            "They list no guide: a guide the spec does not declare in guide_kinds is plain. "
+            "Delete the constants from both twins."
+        )
+    return (
+        f"Model {spec.name!r}: twin {twin.__name__!r} declares its guides' kinds by "
+        f"{', '.join(constants)}; these twin constants are deprecated, read only while the spec "
+        f"declares no guide_kinds, and will be ignored in a future release. {instead}"
+    )
+
+
+def _updates_from_old_keywords(name, updates, algorithms, closed_form, conjugate_updates):
+    """``updates`` from the ``ModelSpec`` keywords of the previous revision, with a
+    ``DeprecationWarning`` that says what to write instead; a ``ModelSpecError`` where they do
+    not say enough to be mapped faithfully."""
+    module = closed_form if closed_form is not None else conjugate_updates
+    if module is None:
+        warnings.warn(
+            f"ModelSpec {name!r}: algorithms= is deprecated, no longer needed and ignored: "
+            "which algorithms fit a model follows from what the spec declares (guides for "
+            "SVI, updates=zoo.ClosedFormUpdates(...) for coordinate-ascent VI or EM, "
+            "draws_from_sites for NUTS). Delete algorithms=.",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        return updates
+    keyword = "closed_form" if closed_form is not None else "conjugate_updates"
+    if closed_form is not None and conjugate_updates is not None:
+        raise ModelSpecError(
+            f"ModelSpec {name!r}: closed_form= and conjugate_updates= are deprecated, and at "
+            "most one of them was ever allowed. Write updates=zoo.ClosedFormUpdates(module, "
+            "objective=..., start=...) instead (start='responsibilities' for a mixture's "
+            "updates, 'data' for others)."
+        )
+    if updates is not None:
+        raise ModelSpecError(
+            f"ModelSpec {name!r}: {keyword}= (deprecated) and updates= both name closed-form "
+            f"updates; keep updates= and delete {keyword}=."
+        )
+    start = "responsibilities" if keyword == "closed_form" else "data"
+    ran = {a for a in (algorithms or ()) if a in ("cavi", "em")}
+    if len(ran) != 1:
+        said = f"algorithms={tuple(algorithms)!r}" if algorithms else "no algorithms="
+        raise ModelSpecError(
+            f"ModelSpec {name!r}: {keyword}={module!r} is deprecated, and it cannot be mapped "
+            f"to updates= here: with {said} the spec does not say whether the updates ascend "
+            "the ELBO (coordinate-ascent VI, algorithms=('cavi', ...)) or a log-likelihood (EM, "
+            "algorithms=('em', ...)). Write instead "
+            f"updates=zoo.ClosedFormUpdates({module!r}, objective='elbo', start={start!r}) for "
+            "coordinate-ascent VI, or objective='log_likelihood' (maximum likelihood) or "
+            "'log_joint' (maximum a posteriori) for EM, and delete algorithms=."
+        )
+    if "cavi" in ran:
+        # The previous revision knew a CAVI fit's posterior by the family "cavi", an EM fit's
+        # by "em": sample_posterior receives the same name as before.
+        objective, family, more = "elbo", "cavi", ""
+        if keyword == "closed_form":
+            more = (
+                " Natural-gradient SVI (svi-natural) is no longer found by looking for "
+                "natural_step in the module: if the module defines it, add "
+                "natural_gradient=True (zoo.updates lists the functions that then needs)."
+            )
+    else:
+        objective, family = "log_likelihood", "em"
+        more = (
+            " EM updates that ascend a log joint (maximum a posteriori, as with priors) "
+            "should say objective='log_joint': results are the same, and comparisons then "
+            "name the objective rightly."
+        )
+    mapped = ClosedFormUpdates(module, objective=objective, start=start, family=family)
+    warnings.warn(
+        f"ModelSpec {name!r}: {keyword}= and algorithms= are deprecated. Write instead "
+        f"updates=zoo.ClosedFormUpdates({module!r}, objective={objective!r}, start={start!r}, "
+        f"family={family!r}), which is what they now mean, and delete algorithms=: which "
+        f"algorithms fit a model follows from what the spec declares.{more}",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    return mapped

@@ -15,12 +15,13 @@ Each check takes a :class:`~zoo.spec.ModelSpec` and raises ``ModelSpecError`` (r
 from __future__ import annotations
 
 import traceback
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
 
 from zoo.array_namespace import TorchOps, convert_config
-from zoo.spec import BACKENDS, DataField, ModelSpec, ModelSpecError
+from zoo.spec import BACKENDS, DataField, GuideKind, ModelSpec, ModelSpecError, legacy_constants
 from zoo.updates import ClosedFormUpdates
 from zoo.weights import canonical_name
 
@@ -253,6 +254,7 @@ def check_spec(spec: ModelSpec) -> None:
             )
     if not isinstance(spec.guides, tuple) or not all(isinstance(g, str) for g in spec.guides):
         problems.append(f"guides must be a tuple of guide names; got {spec.guides!r}.")
+    problems.extend(_guide_kind_problems(spec))
     if spec.updates is not None:
         if not isinstance(spec.updates, ClosedFormUpdates):
             problems.append(
@@ -300,14 +302,41 @@ def check_spec(spec: ModelSpec) -> None:
         )
 
 
+def _guide_kind_problems(spec: ModelSpec) -> list[str]:
+    """What is wrong with the declaration of the guides' kinds."""
+    kinds = spec.guide_kinds
+    if not isinstance(kinds, Mapping):
+        return [
+            "guide_kinds must map guide names to zoo.GuideKind, e.g. "
+            f"{{'enum': zoo.GuideKind(enumerated=True)}}; got {kinds!r}."
+        ]
+    problems = []
+    unknown = [g for g in kinds if not isinstance(spec.guides, tuple) or g not in spec.guides]
+    if unknown:
+        problems.append(
+            f"guide_kinds declares the kind of {unknown}, which are not guides of the model "
+            f"(guides={spec.guides!r}); declare kinds for the names in guides only."
+        )
+    for guide, kind in kinds.items():
+        if not isinstance(kind, GuideKind):
+            problems.append(
+                f"guide_kinds[{guide!r}] must be a zoo.GuideKind, e.g. "
+                f"zoo.GuideKind(enumerated=True); got {kind!r}."
+            )
+        else:
+            problems.extend(kind.problems(guide))
+    return problems
+
+
 def _sampling_problems(spec: ModelSpec) -> list[str]:
     """What the hooks for MCMC and for comparisons with the exact posterior lack."""
     problems = []
     if spec.draws_from_sites is not None and spec.sites_from_params is None:
         problems.append(
-            "draws_from_sites needs sites_from_params(raw_params, config) -> sites: the sampler "
-            "starts its chains at a point of every latent site read from a fitted posterior. "
-            "Add sites_from_params, or leave draws_from_sites out."
+            "draws_from_sites needs sites_from_params(raw_params, config) -> sites: a point "
+            "of every latent site read from raw parameters, where the sampler starts the chains "
+            "of a mixture (updates that start from responsibilities). Add sites_from_params, "
+            "or leave draws_from_sites out."
         )
     needs_draws = [
         hook for hook in ("draws_from_sites", "exact_posterior") if getattr(spec, hook) is not None
@@ -397,17 +426,35 @@ def check_registration(spec: ModelSpec, **options) -> None:
     psig, nsig = ({name: info[:2] for name, info in sites[b].items()} for b in BACKENDS)
     if psig != nsig:
         raise ModelSpecError(_twin_mismatch_message(spec, psig, nsig))
+    _check_no_legacy_constants(spec, twins)
     for guide in spec.guides:
         for backend in BACKENDS:
-            temperature = _svi_temperature(twins[backend], guide, config)
+            kind = spec.guide_kind(guide, backend)
+            temperature = _svi_temperature(twins[backend], kind, config)
             model_sites = sites[backend]
             if temperature is not None:  # e.g. a relaxed site in place of a discrete one
                 model_sites = _traced_model(spec, backend, data, config, start, temperature)
             guide_sites = _traced_guide(spec, backend, guide, data, config, start, temperature)
-            _check_guide_covers_model(
-                spec, backend, guide, twins[backend], model_sites, guide_sites
+            _check_guide_covers_model(spec, backend, guide, kind, model_sites, guide_sites)
+            _check_deterministic_guide(spec, backend, guide, kind, guide_sites)
+
+
+def _check_no_legacy_constants(spec, twins) -> None:
+    """A twin that still lists guides in the constants of the previous revision, while the spec
+    declares the kinds, is told that they are ignored (the spec's declaration is the one read).
+    Where the spec declares none, ``ModelSpec.guide_kind`` reads them, with its own warning."""
+    if not spec.guide_kinds:
+        return
+    for twin in twins.values():
+        old = legacy_constants(twin)
+        if old:
+            warnings.warn(
+                f"Model {spec.name!r}: twin {twin.__name__!r} still defines {', '.join(old)}, "
+                "which are ignored: the spec declares the guides' kinds (guide_kinds). Delete "
+                "the constants.",
+                DeprecationWarning,
+                stacklevel=3,
             )
-            _check_deterministic_guide(spec, backend, guide, twins[backend], guide_sites)
 
 
 def _import_twin(spec, backend):
@@ -453,11 +500,11 @@ def _check_updates_module(spec) -> None:
         )
 
 
-def _svi_temperature(twin, guide, config):
+def _svi_temperature(twin, kind, config):
     """The temperature SVI passes at its first step (``inference.svi``), so model and guide are
-    traced as SVI will call them: a relaxed (Gumbel-softmax) guide, one of the twin's
-    ``RELAXED_GUIDES``, at its starting temperature; a twin's own schedule at step 0; else None."""
-    if guide in getattr(twin, "RELAXED_GUIDES", ()):
+    traced as SVI will call them: a relaxed (Gumbel-softmax) guide (``kind.relaxed``) at its
+    starting temperature; a twin's own schedule at step 0; else None."""
+    if kind.relaxed:
         return 1.0
     if hasattr(twin, "temperature_schedule"):
         return twin.temperature_schedule(config, 1)(0)
@@ -562,8 +609,8 @@ def _traced_guide(spec, backend, guide, data, config, start, temperature):
     )
 
 
-def _check_guide_covers_model(spec, backend, guide, twin, model_sites, guide_sites) -> None:
-    enumerated = guide in getattr(twin, "ENUMERATED_GUIDES", ())
+def _check_guide_covers_model(spec, backend, guide, kind, model_sites, guide_sites) -> None:
+    enumerated = kind.enumerated
     missing = sorted(
         name
         for name, (observed, _, enumerable, _) in model_sites.items()
@@ -573,8 +620,9 @@ def _check_guide_covers_model(spec, backend, guide, twin, model_sites, guide_sit
     if missing:
         discrete = [name for name in missing if model_sites[name][2]]
         hint = (
-            f" For a discrete site that SVI should sum out instead ({discrete}), list the guide "
-            "in the twin's ENUMERATED_GUIDES."
+            f" For a discrete site that SVI should sum out instead ({discrete}), declare the "
+            f"guide enumerated in the spec: guide_kinds={{{guide!r}: "
+            "zoo.GuideKind(enumerated=True)}."
             if discrete
             else ""
         )
@@ -592,11 +640,11 @@ def _check_guide_covers_model(spec, backend, guide, twin, model_sites, guide_sit
         )
 
 
-def _check_deterministic_guide(spec, backend, guide, twin, guide_sites) -> None:
-    """A guide the twin lists in ``DETERMINISTIC_GUIDES`` (SVI then refuses ``num_particles=``,
-    which would change nothing) draws nothing at random: its sites are point masses or
-    discrete."""
-    if guide not in getattr(twin, "DETERMINISTIC_GUIDES", ()):
+def _check_deterministic_guide(spec, backend, guide, kind, guide_sites) -> None:
+    """A guide declared deterministic (``GuideKind(deterministic=True)``: SVI then refuses
+    ``num_particles=``, which would change nothing) draws nothing at random: its sites are point
+    masses or discrete."""
+    if not kind.deterministic:
         return
     drawn = sorted(
         name
@@ -606,10 +654,10 @@ def _check_deterministic_guide(spec, backend, guide, twin, guide_sites) -> None:
     if drawn:
         where = f"guide {guide!r} of the {BACKEND_TITLES[backend]} twin ({spec.backends[backend]})"
         raise ModelSpecError(
-            f"Model {spec.name!r}: {where} is listed in the twin's DETERMINISTIC_GUIDES, but "
-            f"draws the site(s) {drawn} at random. List there only guides whose sites are all "
-            "point masses (Delta) or discrete sites that SVI sums out: SVI refuses "
-            "num_particles= for them."
+            f"Model {spec.name!r}: {where} is declared deterministic (guide_kinds), but draws "
+            f"the site(s) {drawn} at random. Declare deterministic=True only for guides whose "
+            "sites are all point masses (Delta) or discrete sites that SVI sums out: SVI "
+            "refuses num_particles= for them."
         )
 
 

@@ -43,7 +43,6 @@ from zoo.plates import numpyro_data_plate as data_plate
 from zoo.weights import equinox_module
 
 __all__ = [
-    "ENUMERATED_GUIDES",
     "temperature_schedule",
     "Transformer",
     "class_logits",
@@ -56,9 +55,6 @@ __all__ = [
     "predict_proba",
     "prior",
 ]
-
-ENUMERATED_GUIDES = ()
-
 
 #: The KL warm-up is fixed in steps, not spread over the fit: a resumed fit may be extended.
 SCHEDULE_SPANS_STEPS = False

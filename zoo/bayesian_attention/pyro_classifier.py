@@ -41,7 +41,6 @@ from zoo.plates import pyro_data_plate as data_plate
 from zoo.weights import torch_module
 
 __all__ = [
-    "ENUMERATED_GUIDES",
     "temperature_schedule",
     "Transformer",
     "class_logits",
@@ -54,9 +53,6 @@ __all__ = [
     "predict_proba",
     "prior",
 ]
-
-ENUMERATED_GUIDES = ()
-
 
 #: The KL warm-up is fixed in steps, not spread over the fit: a resumed fit may be extended.
 SCHEDULE_SPANS_STEPS = False

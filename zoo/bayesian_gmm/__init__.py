@@ -27,13 +27,21 @@ import numpy as np
 
 from zoo.bayesian_gmm import posterior
 from zoo.options import as_float, check_array, check_choice, check_float
-from zoo.spec import DataField, ModelSpec
+from zoo.spec import DataField, GuideKind, ModelSpec
 from zoo.updates import ClosedFormUpdates
 
 #: What to try when a mixture's fit turns non-finite: a component's covariance went singular.
 MIXTURE_ADVICE = "Check the data scale and constant columns, raise reg_covar, or use float64."
 
 WEIGHT_PRIORS = ("dirichlet_process", "dirichlet_distribution")
+
+#: Gumbel-softmax guides (Jang et al., 2017): z_n is a one-hot vector drawn by the Gumbel-softmax
+#: trick at a temperature that SVI anneals (its temperature= option), relaxed ("gumbel") or
+#: straight-through ("gumbel-st"), from q(z_n), the CAVI update of q(z) from the global factors'
+#: parameters; the z site's densities are the discrete ones and SVI fits these guides with the
+#: mean-field ELBO, which takes the closed-form KL between q(z_n) and p(z_n | pi). The spec
+#: declares their kind, and the twins build them by these names.
+GUMBEL_GUIDES = ("gumbel", "gumbel-st")
 
 
 @dataclass(frozen=True)
@@ -280,11 +288,13 @@ SPEC = ModelSpec(
         "pyro": "zoo.bayesian_gmm.pyro_model",
         "numpyro": "zoo.bayesian_gmm.numpyro_model",
     },
-    guides=(
-        "enum",
-        "gumbel",
-        "gumbel-st",
-    ),  # the "cavi" guide (make_guide) is the CAVI posterior, not for SVI
+    # The "cavi" guide (make_guide) is the CAVI posterior, not for SVI.
+    guides=("enum", *GUMBEL_GUIDES),
+    guide_kinds={
+        # z summed out (TraceEnum_ELBO); the global factors are sampled, so not deterministic.
+        "enum": GuideKind(enumerated=True),
+        **{guide: GuideKind(relaxed=True, closed_form_kl=True) for guide in GUMBEL_GUIDES},
+    },
     prepare=prepare,
     updates=ClosedFormUpdates(
         "zoo.bayesian_gmm.closed_form",

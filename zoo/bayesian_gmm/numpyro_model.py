@@ -12,6 +12,7 @@ from jax.scipy.special import digamma
 from numpyro.distributions import constraints
 from numpyro.ops.indexing import Vindex
 
+from zoo.bayesian_gmm import GUMBEL_GUIDES
 from zoo.distributions import (
     GumbelSoftmax,
     StickBreakingCategorical,
@@ -20,15 +21,6 @@ from zoo.distributions import (
     sampleable_concentration,
 )
 from zoo.plates import numpyro_data_plate as data_plate
-
-ENUMERATED_GUIDES = ("enum",)
-# Gumbel-softmax guides (Jang et al., 2017): z_n is a one-hot vector drawn by the Gumbel-softmax
-# trick at a temperature that SVI anneals (its temperature= option), relaxed ("gumbel") or
-# straight-through ("gumbel-st"), from q(z_n), the CAVI update of q(z) from the global factors'
-# parameters; the z site's densities are the discrete ones and SVI fits these guides with the
-# mean-field ELBO, which takes the closed-form KL between q(z_n) and p(z_n | pi).
-RELAXED_GUIDES = ("gumbel", "gumbel-st")
-CLOSED_FORM_KL_GUIDES = RELAXED_GUIDES
 
 
 def _mixture_weights(config, like):
@@ -181,7 +173,7 @@ def make_guide(name, config, init):
         )
         if name == "enum":
             return
-        if name in RELAXED_GUIDES:
+        if name in GUMBEL_GUIDES:
             log_probs = assignment_logits(x, config, params)
             with data_plate(x.shape[0], num_data):
                 numpyro.sample("z", GumbelSoftmax(temperature, log_probs, name == "gumbel-st"))

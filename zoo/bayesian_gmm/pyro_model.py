@@ -10,18 +10,10 @@ import torch
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
+from zoo.bayesian_gmm import GUMBEL_GUIDES
 from zoo.plates import pyro_data_plate as data_plate
 from zoo.torch_distributions import GumbelSoftmax, StickBreakingCategorical, Wishart
 from zoo.weights import pyro_param_init
-
-ENUMERATED_GUIDES = ("enum",)
-# Gumbel-softmax guides (Jang et al., 2017): z_n is a one-hot vector drawn by the Gumbel-softmax
-# trick at a temperature that SVI anneals (its temperature= option), relaxed ("gumbel") or
-# straight-through ("gumbel-st"), from q(z_n), the CAVI update of q(z) from the global factors'
-# parameters; the z site's densities are the discrete ones and SVI fits these guides with the
-# mean-field ELBO, which takes the closed-form KL between q(z_n) and p(z_n | pi).
-RELAXED_GUIDES = ("gumbel", "gumbel-st")
-CLOSED_FORM_KL_GUIDES = RELAXED_GUIDES
 
 
 def _mixture_weights(config, like, components):
@@ -172,7 +164,7 @@ def make_guide(name, config, init):
         )
         if name == "enum":
             return
-        if name in RELAXED_GUIDES:
+        if name in GUMBEL_GUIDES:
             log_probs = assignment_logits(x, config, params)
             with data_plate(x.shape[0], num_data):
                 pyro.sample("z", GumbelSoftmax(temperature, log_probs, name == "gumbel-st"))

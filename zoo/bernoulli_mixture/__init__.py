@@ -39,7 +39,7 @@ from zoo.bernoulli_mixture.completion import (
     multi_head_complete,
     multi_head_parameters,
 )
-from zoo.spec import DataField, ModelSpec
+from zoo.spec import DataField, GuideKind, ModelSpec
 from zoo.updates import ClosedFormUpdates
 
 __all__ = [
@@ -198,6 +198,9 @@ SPEC = BinaryDataSpec(
         "numpyro": "zoo.bernoulli_mixture.numpyro_model",
     },
     guides=("enum",),
+    # Point masses on weights and probs, z summed out (TraceEnum_ELBO): an exact ELBO, EM's
+    # objective.
+    guide_kinds={"enum": GuideKind(enumerated=True, deterministic=True)},
     prepare=prepare,
     updates=ClosedFormUpdates(
         "zoo.bernoulli_mixture.closed_form", objective="log_joint", start="responsibilities"

@@ -10,10 +10,6 @@ from pyro.ops.indexing import Vindex
 
 from zoo.weights import pyro_param_init
 
-ENUMERATED_GUIDES = ("enum",)
-#: Guides that draw nothing at random (point masses, ``z`` enumerated): an exact ELBO.
-DETERMINISTIC_GUIDES = ("enum",)
-
 
 def model(data, config, temperature=None, init=None):
     """The generative process in ``zoo.bernoulli_mixture``; ``z`` is summed out under SVI.

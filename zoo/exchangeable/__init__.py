@@ -96,7 +96,7 @@ from zoo.exchangeable.posterior import (
     total_variation,
 )
 from zoo.options import check_array
-from zoo.spec import DataField, ModelSpec
+from zoo.spec import DataField, GuideKind, ModelSpec
 
 __all__ = [
     "OBJECTIVES",
@@ -385,6 +385,9 @@ SPEC = ExchangeableSpec(
         "numpyro": "zoo.exchangeable.numpyro_model",
     },
     guides=("attention",),
+    # z is summed out exactly in the guide (TraceEnum_ELBO), K terms per sequence, and there is
+    # no other latent: the guide draws nothing at random, so its ELBO is exact.
+    guide_kinds={"attention": GuideKind(enumerated=True, deterministic=True)},
     prepare=prepare,
     make_data=make_data,
     config_type=ExchangeableConfig,

@@ -15,11 +15,6 @@ from zoo.attention import jax_attention
 from zoo.plates import numpyro_data_plate as data_plate
 from zoo.weights import equinox_module
 
-#: ``z`` is summed out exactly in the guide (TraceEnum_ELBO), K terms per sequence.
-ENUMERATED_GUIDES = ("attention",)
-#: Guides that draw nothing at random (``z`` enumerated, no other latent): an exact ELBO.
-DETERMINISTIC_GUIDES = ("attention",)
-
 
 class AttentionPosterior(eqx.Module):
     """Tokens (..., N, D) -> logits (..., K) of q(z | X): one learned query attends over the

@@ -19,7 +19,7 @@ import numpy as np
 from zoo.bayesian_gmm import MIXTURE_ADVICE, check_components, check_dim, check_squares
 from zoo.gmm import posterior
 from zoo.options import check_float
-from zoo.spec import DataField, ModelSpec
+from zoo.spec import DataField, GuideKind, ModelSpec
 from zoo.updates import ClosedFormUpdates
 
 
@@ -73,6 +73,9 @@ SPEC = ModelSpec(
     data={"x": DataField(ndim=2, kind="f", doc="(N, D) observations")},
     backends={"pyro": "zoo.gmm.pyro_model", "numpyro": "zoo.gmm.numpyro_model"},
     guides=("enum",),
+    # z is summed out (TraceEnum_ELBO) and the model's parameters are param sites: the guide
+    # draws nothing at random, so its ELBO is exact.
+    guide_kinds={"enum": GuideKind(enumerated=True, deterministic=True)},
     prepare=prepare,
     updates=ClosedFormUpdates(
         "zoo.gmm.closed_form", objective="log_likelihood", start="responsibilities"

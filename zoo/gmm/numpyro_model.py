@@ -10,10 +10,6 @@ from numpyro.ops.indexing import Vindex
 
 from zoo.distributions import lower_cholesky, simplex
 
-ENUMERATED_GUIDES = ("enum",)
-#: Guides that draw nothing at random (no latent but the enumerated ``z``): an exact ELBO.
-DETERMINISTIC_GUIDES = ("enum",)
-
 
 def model(data, config, temperature=None, init=None):
     """``init`` (numpy arrays by param name) gives the parameters' starting values."""

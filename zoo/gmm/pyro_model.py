@@ -10,10 +10,6 @@ from pyro.ops.indexing import Vindex
 
 from zoo.weights import pyro_param_init
 
-ENUMERATED_GUIDES = ("enum",)
-#: Guides that draw nothing at random (no latent but the enumerated ``z``): an exact ELBO.
-DETERMINISTIC_GUIDES = ("enum",)
-
 
 def model(data, config, temperature=None, init=None):
     """``init`` (numpy arrays by param name) gives the parameters' starting values."""

@@ -13,7 +13,6 @@ from zoo.distributions import Normal  # draws in the network's dtype under JAX's
 from zoo.plates import numpyro_data_plate as data_plate
 from zoo.weights import equinox_module
 
-ENUMERATED_GUIDES = ()
 _ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "softplus": jax.nn.softplus}
 
 

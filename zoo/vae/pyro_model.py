@@ -10,7 +10,6 @@ from torch import nn
 from zoo.plates import pyro_data_plate as data_plate
 from zoo.weights import torch_module
 
-ENUMERATED_GUIDES = ()
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "softplus": nn.functional.softplus}
 
 

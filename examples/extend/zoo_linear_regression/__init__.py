@@ -115,8 +115,9 @@ SPEC = ModelSpec(
     config_type=LinearRegressionConfig,
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,
-    # Every latent (coef) is global, so NUTS can sample the model; its chains start at a fit's
-    # posterior mean.
+    # Every latent (coef) is global, so NUTS can sample the model. Its chains start uniformly in
+    # [-2, 2] (unconstrained): only a mixture's start at sites_from_params, which the spec
+    # declares beside draws_from_sites all the same.
     draws_from_sites=posterior.draws_from_sites,
     sites_from_params=posterior.sites_from_params,
     # The reference that posterior comparisons measure every fit against.

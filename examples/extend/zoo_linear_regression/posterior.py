@@ -3,7 +3,8 @@
 The zoo evaluates every fit through these two functions of the spec (``sample_posterior`` and
 ``log_likelihood``): held-out log predictive, ``FitResult.to_arviz()``, ``inference.compare``.
 MCMC draws of the model's site ``coef`` become the same draws through ``draws_from_sites``, and
-the sampler starts at ``sites_from_params``; ``exact_raw_params`` is the exact posterior in the
+``sites_from_params`` reads a point of ``coef`` from raw parameters (required beside it; the
+sampler starts there only for mixtures); ``exact_raw_params`` is the exact posterior in the
 form ``sample_posterior`` draws from, the reference the zoo compares posteriors against.
 """
 
@@ -59,7 +60,9 @@ def draws_from_sites(sites: dict, config) -> dict:
 
 
 def sites_from_params(raw_params: dict, config) -> dict:
-    """The posterior mean of ``coef``, where the sampler's chains start (any guide, or CAVI)."""
+    """The posterior mean of ``coef`` (any guide, or CAVI): a point of every latent site. The
+    sampler's chains of this model start uniformly in [-2, 2] instead; only a mixture's start at
+    this point."""
     return {"coef": np.asarray(raw_params["coef_loc"])}
 
 
