@@ -1,7 +1,7 @@
 """The sections of the attention functions' docstrings that the torch, JAX and numpy modules share
 (``zoo.docstrings.shared_sections``): ``$array`` is the module's array type, ``$float_mask`` where
-an additive mask comes from. Each function's summary, ``Raises`` (where it differs) and
-``Examples`` stay in its own module.
+an additive mask comes from, ``$draw`` the entries of ``init_params``' own parameters. Each
+function's summary, ``Raises`` (where it differs) and ``Examples`` stay in its own module.
 """
 
 from string import Template
@@ -112,3 +112,32 @@ CROSS_ATTENTION = """
         The sequence the queries attend to.""" + Template(_OPTIONS).safe_substitute(
     lq="Lq", lk="Lk"
 )
+
+INIT_PARAMS = """
+    Parameters
+    ----------
+    embed_dim : int
+        The size of the queries (input and projected), and of the output by default.
+    num_heads : int
+        Divides ``embed_dim``.
+    kdim, vdim : int, optional
+        Input sizes of keys and values; default ``embed_dim``.
+    out_dim : int, optional
+        Output size; default ``embed_dim``.
+    bias : bool
+        Whether to include the four (zero) biases.
+    $draw
+
+    Returns
+    -------
+    dict of str to $array
+        ``q_weight`` (embed_dim, embed_dim), ``k_weight`` (embed_dim, kdim), ``v_weight``
+        (embed_dim, vdim), ``out_weight`` (out_dim, embed_dim) in ``nn.Linear``'s (out, in)
+        layout, and with ``bias=True`` ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and
+        ``out_bias`` (out_dim,).
+
+    Raises
+    ------
+    ValueError
+        ``num_heads`` is not a positive int, or does not divide ``embed_dim``.
+"""

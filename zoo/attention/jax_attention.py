@@ -10,8 +10,6 @@ fully-masked-query check behaves under ``jax.jit``.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
@@ -163,6 +161,15 @@ def cross_attention(params, x, context, *, num_heads, **options):
     return multi_head_attention(params, x, context, context, num_heads=num_heads, **options)
 
 
+#: ``init_params``' own parameters, for its docstring.
+_INIT_DRAW = """\
+key : jax.random key
+    Draws the weights.
+dtype : dtype, optional
+    Default: JAX's default float (float64 when its 64-bit mode is on)."""
+
+
+@shared_sections(_docs.INIT_PARAMS, draw=_INIT_DRAW, **_DOC_FIELDS)
 def init_params(
     embed_dim, num_heads, kdim=None, vdim=None, out_dim=None, bias=True, *, key, dtype=None
 ):
@@ -170,36 +177,6 @@ def init_params(
 
     ``kdim``, ``vdim`` (input sizes of keys and values) default to ``embed_dim``, and so does
     ``out_dim``; ``key`` is a ``jax.random`` key.
-
-    Parameters
-    ----------
-    embed_dim : int
-        The size of the queries (input and projected), and of the output by default.
-    num_heads : int
-        Divides ``embed_dim``.
-    kdim, vdim : int, optional
-        Input sizes of keys and values; default ``embed_dim``.
-    out_dim : int, optional
-        Output size; default ``embed_dim``.
-    bias : bool
-        Whether to include the four (zero) biases.
-    key : jax.random key
-        Draws the weights.
-    dtype : dtype, optional
-        Default: JAX's default float (float64 when its 64-bit mode is on).
-
-    Returns
-    -------
-    dict of str to Array
-        ``q_weight`` (embed_dim, embed_dim), ``k_weight`` (embed_dim, kdim), ``v_weight``
-        (embed_dim, vdim), ``out_weight`` (out_dim, embed_dim) in ``nn.Linear``'s (out, in)
-        layout, and with ``bias=True`` ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and
-        ``out_bias`` (out_dim,).
-
-    Raises
-    ------
-    ValueError
-        ``num_heads`` is not a positive int, or does not divide ``embed_dim``.
 
     Examples
     --------
@@ -209,26 +186,17 @@ def init_params(
     >>> {name: value.shape for name, value in params.items()}
     {'q_weight': (8, 8), 'k_weight': (8, 8), 'v_weight': (8, 4), 'out_weight': (8, 8)}
     """
-    _checks.check_heads(embed_dim, num_heads)
-    kdim = embed_dim if kdim is None else kdim
-    vdim = embed_dim if vdim is None else vdim
-    out_dim = embed_dim if out_dim is None else out_dim
     dtype = dtype or jnp.zeros(()).dtype
-    params = {}
-    shapes = (
-        ("q", (embed_dim, embed_dim)),
-        ("k", (embed_dim, kdim)),
-        ("v", (embed_dim, vdim)),
-        ("out", (out_dim, embed_dim)),
-    )
-    for (name, (rows, cols)), subkey in zip(shapes, jax.random.split(key, 4), strict=True):
-        bound = math.sqrt(6.0 / (rows + cols))
-        params[f"{name}_weight"] = jax.random.uniform(
-            subkey, (rows, cols), dtype=dtype, minval=-bound, maxval=bound
-        )
-        if bias:
-            params[f"{name}_bias"] = jnp.zeros((rows,), dtype=dtype)
-    return params
+
+    def uniform(index, shape, bound):
+        # The same four keys at every call: weight ``index`` gets the ``index``-th.
+        subkey = jax.random.split(key, 4)[index]
+        return jax.random.uniform(subkey, shape, dtype=dtype, minval=-bound, maxval=bound)
+
+    def zeros(shape):
+        return jnp.zeros(shape, dtype=dtype)
+
+    return _algebra.init_params(embed_dim, num_heads, kdim, vdim, out_dim, bias, uniform, zeros)
 
 
 if eqx is not None:

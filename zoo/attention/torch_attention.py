@@ -6,13 +6,11 @@ Shapes follow ``torch.nn.functional.scaled_dot_product_attention``: the last two
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from zoo.array_namespace import TorchOps
-from zoo.attention import _algebra, _checks, _docs
+from zoo.attention import _algebra, _docs
 from zoo.docstrings import shared_sections
 
 __all__ = [
@@ -172,6 +170,17 @@ def cross_attention(params, x, context, *, num_heads, **options):
     return multi_head_attention(params, x, context, context, num_heads=num_heads, **options)
 
 
+#: ``init_params``' own parameters, for its docstring.
+_INIT_DRAW = """\
+generator : torch.Generator, optional
+    Draws the weights; default torch's global generator.
+dtype : torch.dtype, optional
+    Default ``torch.get_default_dtype()``.
+device : torch.device or str, optional
+    Where the tensors live."""
+
+
+@shared_sections(_docs.INIT_PARAMS, draw=_INIT_DRAW, **_DOC_FIELDS)
 def init_params(
     embed_dim,
     num_heads,
@@ -190,38 +199,6 @@ def init_params(
     ``kdim``, ``vdim`` (input sizes of keys and values) default to ``embed_dim``, and so does
     ``out_dim``; ``generator`` is a ``torch.Generator`` for reproducible draws.
 
-    Parameters
-    ----------
-    embed_dim : int
-        The size of the queries (input and projected), and of the output by default.
-    num_heads : int
-        Divides ``embed_dim``.
-    kdim, vdim : int, optional
-        Input sizes of keys and values; default ``embed_dim``.
-    out_dim : int, optional
-        Output size; default ``embed_dim``.
-    bias : bool
-        Whether to include the four (zero) biases.
-    generator : torch.Generator, optional
-        Draws the weights; default torch's global generator.
-    dtype : torch.dtype, optional
-        Default ``torch.get_default_dtype()``.
-    device : torch.device or str, optional
-        Where the tensors live.
-
-    Returns
-    -------
-    dict of str to Tensor
-        ``q_weight`` (embed_dim, embed_dim), ``k_weight`` (embed_dim, kdim), ``v_weight``
-        (embed_dim, vdim), ``out_weight`` (out_dim, embed_dim) in ``nn.Linear``'s (out, in)
-        layout, and with ``bias=True`` ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and
-        ``out_bias`` (out_dim,).
-
-    Raises
-    ------
-    ValueError
-        ``num_heads`` is not a positive int, or does not divide ``embed_dim``.
-
     Examples
     --------
     >>> import torch
@@ -235,24 +212,16 @@ def init_params(
     ...
     ValueError: expected embed_dim divisible by num_heads; got embed_dim=8, num_heads=3.
     """
-    _checks.check_heads(embed_dim, num_heads)
-    kdim = embed_dim if kdim is None else kdim
-    vdim = embed_dim if vdim is None else vdim
-    out_dim = embed_dim if out_dim is None else out_dim
     like = dict(dtype=dtype or torch.get_default_dtype(), device=device)
-    params = {}
-    for name, (rows, cols) in (
-        ("q", (embed_dim, embed_dim)),
-        ("k", (embed_dim, kdim)),
-        ("v", (embed_dim, vdim)),
-        ("out", (out_dim, embed_dim)),
-    ):
-        bound = math.sqrt(6.0 / (rows + cols))
-        u = torch.rand(rows, cols, generator=generator, **like)
-        params[f"{name}_weight"] = (2 * u - 1) * bound
-        if bias:
-            params[f"{name}_bias"] = torch.zeros(rows, **like)
-    return params
+
+    def uniform(index, shape, bound):
+        # Drawn in [0, 1) and mapped, in the order of the weights, from the one generator.
+        return (2 * torch.rand(*shape, generator=generator, **like) - 1) * bound
+
+    def zeros(shape):
+        return torch.zeros(shape, **like)
+
+    return _algebra.init_params(embed_dim, num_heads, kdim, vdim, out_dim, bias, uniform, zeros)
 
 
 class MultiHeadAttention(nn.Module):
