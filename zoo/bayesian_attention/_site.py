@@ -9,8 +9,7 @@ noise (from a torch generator or a JAX key). Nothing here imports torch or JAX.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -30,10 +29,13 @@ from zoo.bayesian_attention._common import (
 PRIOR_PARAMETERS = ("prior_alpha", "prior_beta", "prior_mean", "prior_sigma")
 
 
-@dataclasses.dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
     """A site's options, as ``attention_weights`` documents them; ``rng`` is the source of the
-    noise (torch's ``generator``, JAX's ``key``)."""
+    noise (torch's ``generator``, JAX's ``key``).
+
+    A named tuple, not a frozen dataclass: a site makes one at every call, and a tuple is
+    cheaper to make (about 1 us against 3, and 1 against 4 to replace a field).
+    """
 
     attention: str
     concentration: Any
@@ -51,10 +53,7 @@ class Options:
     def of(cls, arguments: dict, rng) -> Options:
         """The options among a public function's ``arguments`` (its ``locals()`` on entry),
         which name them as this record does."""
-        return cls(**{name: arguments[name] for name in _OPTION_NAMES}, rng=rng)
-
-
-_OPTION_NAMES = tuple(f.name for f in dataclasses.fields(Options) if f.name != "rng")
+        return cls(*[arguments[name] for name in cls._fields[:-1]], rng)  # rng: the last field
 
 
 class Backend(Protocol):
@@ -101,8 +100,7 @@ def _check_options(options: Options, backend: Backend) -> Options:
     check_choice("mode", options.mode, MODES)
     check_positive("concentration", backend.concrete(options.concentration), "the Weibull shape k")
     check_positive("sigma", backend.concrete(options.sigma), "the log-normal scale")
-    num_samples = check_num_samples(options.num_samples, options.mode)
-    return dataclasses.replace(options, num_samples=num_samples)
+    return options._replace(num_samples=check_num_samples(options.num_samples, options.mode))
 
 
 def attention_weights(logits, mask, options: Options, backend: Backend, prior_net=None, k=None):
