@@ -451,6 +451,23 @@ def test_jax_checks_under_jit_and_missing_key():
         J.bayesian_attention(q, k[..., :2], v)
 
 
+@pytest.mark.parametrize("prior", ("fixed", "contextual"))
+def test_jax_prior_values_on_hidden_keys_are_ignored_under_jit(prior):
+    """A prior parameter that is not positive on hidden keys only is valid under ``jax.jit``
+    (where the traced mask cannot say which keys those are) as it is eagerly, with either
+    prior."""
+    q, k, v, mask = _problem(seed=10)
+    mask[..., -1] = False
+    mask[..., 0] = True
+    beta = np.where(mask, 1.5, -1.0)
+    kw = dict(attention="weibull", mode="eval", prior=prior, prior_beta=beta)
+    if prior == "contextual":
+        kw["prior_net"] = _prior_pair(q.shape[-1])[1]
+    eager = J.bayesian_attention(q, k, v, jnp.asarray(mask), **kw).kl
+    jitted = jax.jit(lambda m: J.bayesian_attention(q, k, v, m, **kw).kl)(jnp.asarray(mask))
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-12)
+
+
 # ------------------------------------------------------------------------------ distributions
 
 

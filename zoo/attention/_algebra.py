@@ -7,6 +7,8 @@ library does and call these; parameters, shapes and errors are documented there.
 
 from __future__ import annotations
 
+import math
+
 from zoo.attention import _checks
 
 
@@ -70,3 +72,26 @@ def multi_head_attention(
     out = xp.swapaxes(out, -3, -2)  # (..., Lq, H, Dh)
     out = _linear(out.reshape(*out.shape[:-2], -1), params["out_weight"], params.get("out_bias"))
     return (out, weights) if return_weights else out
+
+
+def init_params(embed_dim, num_heads, kdim, vdim, out_dim, bias, uniform, zeros):
+    """Xavier-uniform weights and zero biases. The library's randomness comes in as
+    ``uniform(index, shape, bound)``: weight ``index`` (0 to 3, in the order q, k, v, out),
+    uniform in ``[-bound, bound]``; ``zeros(shape)`` makes a bias."""
+    _checks.check_heads(embed_dim, num_heads)
+    kdim = embed_dim if kdim is None else kdim
+    vdim = embed_dim if vdim is None else vdim
+    out_dim = embed_dim if out_dim is None else out_dim
+    shapes = (
+        ("q", (embed_dim, embed_dim)),
+        ("k", (embed_dim, kdim)),
+        ("v", (embed_dim, vdim)),
+        ("out", (out_dim, embed_dim)),
+    )
+    params = {}
+    for index, (name, (rows, cols)) in enumerate(shapes):
+        bound = math.sqrt(6.0 / (rows + cols))
+        params[f"{name}_weight"] = uniform(index, (rows, cols), bound)
+        if bias:
+            params[f"{name}_bias"] = zeros((rows,))
+    return params

@@ -10,13 +10,12 @@ fully-masked-query check behaves under ``jax.jit``.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
 from zoo.array_namespace import JaxOps
-from zoo.attention import _algebra, _checks
+from zoo.attention import _algebra, _checks, _docs
+from zoo.docstrings import shared_sections
 
 try:
     import equinox as eqx
@@ -33,38 +32,14 @@ __all__ = [
 ]
 
 _XP = JaxOps()
+_DOC_FIELDS = {"array": "Array", "float_mask": " (as torch's ``attn_mask``)"}
 
 
+@shared_sections(_docs.SCALED_DOT_PRODUCT_ATTENTION, **_DOC_FIELDS)
 def scaled_dot_product_attention(
     q, k, v, mask=None, bias=None, scale=None, causal=False, return_weights=False
 ):
     r"""``softmax(q k^T * scale + bias) v`` with masking.
-
-    Parameters
-    ----------
-    q : Array, shape (..., Lq, E)
-        Queries.
-    k : Array, shape (..., Lk, E)
-        Keys.
-    v : Array, shape (..., Lk, Ev)
-        Values. The leading (batch, head) axes of ``q``, ``k`` and ``v`` broadcast.
-    mask : Array, broadcastable to (..., Lq, Lk), optional
-        Boolean: ``True`` where a query may attend to a key. A floating-point mask is an additive
-        bias instead (as torch's ``attn_mask``).
-    bias : Array, broadcastable to (..., Lq, Lk), optional
-        Added to the scaled scores (``-inf`` hides a key).
-    scale : float, optional
-        Multiplies ``q k^T``; default ``1 / sqrt(E)``.
-    causal : bool
-        Query ``i`` attends only to keys ``j <= i`` (top-left aligned, as torch and JAX do).
-    return_weights : bool
-        Also return the attention weights.
-
-    Returns
-    -------
-    out : Array, shape (..., Lq, Ev)
-    weights : Array, shape (..., Lq, Lk)
-        Only with ``return_weights=True``; each row sums to one.
 
     Raises
     ------
@@ -111,6 +86,7 @@ def scaled_dot_product_attention(
     )
 
 
+@shared_sections(_docs.MULTI_HEAD_ATTENTION, **_DOC_FIELDS)
 def multi_head_attention(
     params,
     query,
@@ -128,41 +104,6 @@ def multi_head_attention(
 
     ``out = concat_h(attention(query Wq_h^T, key Wk_h^T, value Wv_h^T)) Wo^T + bo`` (each
     projection with its bias), the attention scaled dot-product per head.
-
-    Parameters
-    ----------
-    params : dict of str to Array
-        ``q_weight`` (embed_dim, query_dim), ``k_weight`` (embed_dim, key_dim), ``v_weight``
-        (embed_dim, value_dim), ``out_weight`` (out_dim, embed_dim) and optionally the biases
-        ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and ``out_bias`` (out_dim,).
-    query : Array, shape (..., Lq, query_dim)
-    key : Array, shape (..., Lk, key_dim), optional
-        Default ``query`` (self-attention).
-    value : Array, shape (..., Lk, value_dim), optional
-        Default ``key``.
-    num_heads : int
-        Divides ``embed_dim``; each head has ``embed_dim // num_heads`` features.
-    mask, bias : Array, optional
-        Broadcastable to ``(..., num_heads, Lq, Lk)``. As in :func:`scaled_dot_product_attention`;
-        the head axis is the third from last, so a per-example mask of shape (B, Lq, Lk) is passed
-        as ``mask[:, None]``.
-    scale : float, optional
-        Default ``1 / sqrt(embed_dim // num_heads)``.
-    causal, return_weights : bool
-        As in :func:`scaled_dot_product_attention`.
-
-    Returns
-    -------
-    out : Array, shape (..., Lq, out_dim)
-    weights : Array, shape (..., num_heads, Lq, Lk)
-        Only with ``return_weights=True``: every head's weights (not averaged).
-
-    Raises
-    ------
-    ValueError
-        ``params`` without a weight or with an unknown key, a weight or bias of another shape
-        than the inputs need, ``num_heads`` that does not divide ``embed_dim``, and what
-        :func:`scaled_dot_product_attention` raises.
 
     Examples
     --------
@@ -185,32 +126,9 @@ def multi_head_attention(
     )
 
 
+@shared_sections(_docs.SELF_ATTENTION, **_DOC_FIELDS)
 def self_attention(params, x, *, num_heads, **options):
     """Multi-head self-attention: queries, keys and values all come from ``x`` (..., L, dim).
-
-    Parameters
-    ----------
-    params : dict of str to Array
-        The projections, as in :func:`multi_head_attention` (``query_dim = key_dim =
-        value_dim = dim``).
-    x : Array, shape (..., L, dim)
-        The sequence.
-    num_heads : int
-        Divides ``embed_dim``.
-    **options
-        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
-        :func:`multi_head_attention`.
-
-    Returns
-    -------
-    out : Array, shape (..., L, out_dim)
-    weights : Array, shape (..., num_heads, L, L)
-        Only with ``return_weights=True``.
-
-    Raises
-    ------
-    ValueError
-        As :func:`multi_head_attention`.
 
     Examples
     --------
@@ -224,35 +142,10 @@ def self_attention(params, x, *, num_heads, **options):
     return multi_head_attention(params, x, x, x, num_heads=num_heads, **options)
 
 
+@shared_sections(_docs.CROSS_ATTENTION, **_DOC_FIELDS)
 def cross_attention(params, x, context, *, num_heads, **options):
     """Multi-head cross-attention: queries from ``x`` (..., Lq, dim), keys and values from
     ``context`` (..., Lk, context_dim).
-
-    Parameters
-    ----------
-    params : dict of str to Array
-        The projections, as in :func:`multi_head_attention` (``query_dim = dim``, ``key_dim =
-        value_dim = context_dim``).
-    x : Array, shape (..., Lq, dim)
-        The queries' sequence.
-    context : Array, shape (..., Lk, context_dim)
-        The sequence the queries attend to.
-    num_heads : int
-        Divides ``embed_dim``.
-    **options
-        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
-        :func:`multi_head_attention`.
-
-    Returns
-    -------
-    out : Array, shape (..., Lq, out_dim)
-    weights : Array, shape (..., num_heads, Lq, Lk)
-        Only with ``return_weights=True``.
-
-    Raises
-    ------
-    ValueError
-        As :func:`multi_head_attention`.
 
     Examples
     --------
@@ -268,6 +161,15 @@ def cross_attention(params, x, context, *, num_heads, **options):
     return multi_head_attention(params, x, context, context, num_heads=num_heads, **options)
 
 
+#: ``init_params``' own parameters, for its docstring.
+_INIT_DRAW = """\
+key : jax.random key
+    Draws the weights.
+dtype : dtype, optional
+    Default: JAX's default float (float64 when its 64-bit mode is on)."""
+
+
+@shared_sections(_docs.INIT_PARAMS, draw=_INIT_DRAW, **_DOC_FIELDS)
 def init_params(
     embed_dim, num_heads, kdim=None, vdim=None, out_dim=None, bias=True, *, key, dtype=None
 ):
@@ -275,36 +177,6 @@ def init_params(
 
     ``kdim``, ``vdim`` (input sizes of keys and values) default to ``embed_dim``, and so does
     ``out_dim``; ``key`` is a ``jax.random`` key.
-
-    Parameters
-    ----------
-    embed_dim : int
-        The size of the queries (input and projected), and of the output by default.
-    num_heads : int
-        Divides ``embed_dim``.
-    kdim, vdim : int, optional
-        Input sizes of keys and values; default ``embed_dim``.
-    out_dim : int, optional
-        Output size; default ``embed_dim``.
-    bias : bool
-        Whether to include the four (zero) biases.
-    key : jax.random key
-        Draws the weights.
-    dtype : dtype, optional
-        Default: JAX's default float (float64 when its 64-bit mode is on).
-
-    Returns
-    -------
-    dict of str to Array
-        ``q_weight`` (embed_dim, embed_dim), ``k_weight`` (embed_dim, kdim), ``v_weight``
-        (embed_dim, vdim), ``out_weight`` (out_dim, embed_dim) in ``nn.Linear``'s (out, in)
-        layout, and with ``bias=True`` ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and
-        ``out_bias`` (out_dim,).
-
-    Raises
-    ------
-    ValueError
-        ``num_heads`` is not a positive int, or does not divide ``embed_dim``.
 
     Examples
     --------
@@ -314,26 +186,17 @@ def init_params(
     >>> {name: value.shape for name, value in params.items()}
     {'q_weight': (8, 8), 'k_weight': (8, 8), 'v_weight': (8, 4), 'out_weight': (8, 8)}
     """
-    _checks.check_heads(embed_dim, num_heads)
-    kdim = embed_dim if kdim is None else kdim
-    vdim = embed_dim if vdim is None else vdim
-    out_dim = embed_dim if out_dim is None else out_dim
     dtype = dtype or jnp.zeros(()).dtype
-    params = {}
-    shapes = (
-        ("q", (embed_dim, embed_dim)),
-        ("k", (embed_dim, kdim)),
-        ("v", (embed_dim, vdim)),
-        ("out", (out_dim, embed_dim)),
-    )
-    for (name, (rows, cols)), subkey in zip(shapes, jax.random.split(key, 4), strict=True):
-        bound = math.sqrt(6.0 / (rows + cols))
-        params[f"{name}_weight"] = jax.random.uniform(
-            subkey, (rows, cols), dtype=dtype, minval=-bound, maxval=bound
-        )
-        if bias:
-            params[f"{name}_bias"] = jnp.zeros((rows,), dtype=dtype)
-    return params
+
+    def uniform(index, shape, bound):
+        # The same four keys at every call: weight ``index`` gets the ``index``-th.
+        subkey = jax.random.split(key, 4)[index]
+        return jax.random.uniform(subkey, shape, dtype=dtype, minval=-bound, maxval=bound)
+
+    def zeros(shape):
+        return jnp.zeros(shape, dtype=dtype)
+
+    return _algebra.init_params(embed_dim, num_heads, kdim, vdim, out_dim, bias, uniform, zeros)
 
 
 if eqx is not None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from zoo.array_namespace import NumpyOps
-from zoo.attention import _algebra
+from zoo.attention import _algebra, _docs
+from zoo.docstrings import shared_sections
 
 __all__ = [
     "cross_attention",
@@ -17,34 +18,14 @@ __all__ = [
 ]
 
 _XP = NumpyOps()
+_DOC_FIELDS = {"array": "ndarray", "float_mask": " (as torch's ``attn_mask``)"}
 
 
+@shared_sections(_docs.SCALED_DOT_PRODUCT_ATTENTION, **_DOC_FIELDS)
 def scaled_dot_product_attention(
     q, k, v, mask=None, bias=None, scale=None, causal=False, return_weights=False
 ):
     r"""``softmax(q k^T * scale + bias) v`` with masking.
-
-    Parameters
-    ----------
-    q : ndarray, shape (..., Lq, E)
-    k : ndarray, shape (..., Lk, E)
-    v : ndarray, shape (..., Lk, Ev)
-        Leading (batch, head) axes broadcast.
-    mask : ndarray, broadcastable to (..., Lq, Lk), optional
-        Boolean, ``True`` = attend; a floating-point mask is an additive bias.
-    bias : ndarray, broadcastable to (..., Lq, Lk), optional
-        Added to the scaled scores.
-    scale : float, optional
-        Default ``1 / sqrt(E)``.
-    causal : bool
-        Query ``i`` attends only to keys ``j <= i`` (top-left aligned).
-    return_weights : bool
-        Also return the (..., Lq, Lk) weights.
-
-    Returns
-    -------
-    out : ndarray, shape (..., Lq, Ev)
-    weights : ndarray, shape (..., Lq, Lk), with ``return_weights=True``
 
     Raises
     ------
@@ -74,6 +55,7 @@ def scaled_dot_product_attention(
     )
 
 
+@shared_sections(_docs.MULTI_HEAD_ATTENTION, **_DOC_FIELDS)
 def multi_head_attention(
     params,
     query,
@@ -87,42 +69,10 @@ def multi_head_attention(
     causal=False,
     return_weights=False,
 ):
-    """Multi-head attention with the projections in ``params``; see
-    ``torch_attention.multi_head_attention`` for the parameters and shapes.
+    r"""Multi-head attention with the projections in ``params``.
 
-    Parameters
-    ----------
-    params : dict of str to ndarray
-        ``q_weight`` (embed_dim, query_dim), ``k_weight`` (embed_dim, key_dim), ``v_weight``
-        (embed_dim, value_dim), ``out_weight`` (out_dim, embed_dim) and optionally the biases
-        ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and ``out_bias`` (out_dim,).
-    query : ndarray, shape (..., Lq, query_dim)
-    key : ndarray, shape (..., Lk, key_dim), optional
-        Default ``query`` (self-attention).
-    value : ndarray, shape (..., Lk, value_dim), optional
-        Default ``key``.
-    num_heads : int
-        Divides ``embed_dim``; each head has ``embed_dim // num_heads`` features.
-    mask, bias : ndarray, optional
-        Broadcastable to ``(..., num_heads, Lq, Lk)``. As in :func:`scaled_dot_product_attention`;
-        the head axis is the third from last.
-    scale : float, optional
-        Default ``1 / sqrt(embed_dim // num_heads)``.
-    causal, return_weights : bool
-        As in :func:`scaled_dot_product_attention`.
-
-    Returns
-    -------
-    out : ndarray, shape (..., Lq, out_dim)
-    weights : ndarray, shape (..., num_heads, Lq, Lk)
-        Only with ``return_weights=True``: every head's weights (not averaged).
-
-    Raises
-    ------
-    ValueError
-        ``params`` without a weight or with an unknown key, a weight or bias of another shape
-        than the inputs need, ``num_heads`` that does not divide ``embed_dim``, and what
-        :func:`scaled_dot_product_attention` raises.
+    ``out = concat_h(attention(query Wq_h^T, key Wk_h^T, value Wv_h^T)) Wo^T + bo`` (each
+    projection with its bias), the attention scaled dot-product per head.
 
     Examples
     --------
@@ -148,31 +98,9 @@ def multi_head_attention(
     )
 
 
+@shared_sections(_docs.SELF_ATTENTION, **_DOC_FIELDS)
 def self_attention(params, x, *, num_heads, **options):
     """Multi-head self-attention over ``x`` (..., L, dim).
-
-    Parameters
-    ----------
-    params : dict of str to ndarray
-        The projections, as in :func:`multi_head_attention`.
-    x : ndarray, shape (..., L, dim)
-        The sequence: queries, keys and values.
-    num_heads : int
-        Divides ``embed_dim``.
-    **options
-        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
-        :func:`multi_head_attention`.
-
-    Returns
-    -------
-    out : ndarray, shape (..., L, out_dim)
-    weights : ndarray, shape (..., num_heads, L, L)
-        Only with ``return_weights=True``.
-
-    Raises
-    ------
-    ValueError
-        As :func:`multi_head_attention`.
 
     Examples
     --------
@@ -188,34 +116,9 @@ def self_attention(params, x, *, num_heads, **options):
     return multi_head_attention(params, x, x, x, num_heads=num_heads, **options)
 
 
+@shared_sections(_docs.CROSS_ATTENTION, **_DOC_FIELDS)
 def cross_attention(params, x, context, *, num_heads, **options):
     """Multi-head cross-attention: queries from ``x``, keys and values from ``context``.
-
-    Parameters
-    ----------
-    params : dict of str to ndarray
-        The projections, as in :func:`multi_head_attention` (``query_dim = dim``, ``key_dim =
-        value_dim = context_dim``).
-    x : ndarray, shape (..., Lq, dim)
-        The queries' sequence.
-    context : ndarray, shape (..., Lk, context_dim)
-        The sequence the queries attend to.
-    num_heads : int
-        Divides ``embed_dim``.
-    **options
-        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
-        :func:`multi_head_attention`.
-
-    Returns
-    -------
-    out : ndarray, shape (..., Lq, out_dim)
-    weights : ndarray, shape (..., num_heads, Lq, Lk)
-        Only with ``return_weights=True``.
-
-    Raises
-    ------
-    ValueError
-        As :func:`multi_head_attention`.
 
     Examples
     --------

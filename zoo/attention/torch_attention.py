@@ -6,13 +6,12 @@ Shapes follow ``torch.nn.functional.scaled_dot_product_attention``: the last two
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from zoo.array_namespace import TorchOps
-from zoo.attention import _algebra, _checks
+from zoo.attention import _algebra, _docs
+from zoo.docstrings import shared_sections
 
 __all__ = [
     "MultiHeadAttention",
@@ -24,38 +23,17 @@ __all__ = [
 ]
 
 _XP = TorchOps()
+_DOC_FIELDS = {
+    "array": "Tensor",
+    "float_mask": ", as in ``torch.nn.functional.scaled_dot_product_attention``",
+}
 
 
+@shared_sections(_docs.SCALED_DOT_PRODUCT_ATTENTION, **_DOC_FIELDS)
 def scaled_dot_product_attention(
     q, k, v, mask=None, bias=None, scale=None, causal=False, return_weights=False
 ):
     r"""``softmax(q k^T * scale + bias) v`` with masking.
-
-    Parameters
-    ----------
-    q : Tensor, shape (..., Lq, E)
-        Queries.
-    k : Tensor, shape (..., Lk, E)
-        Keys.
-    v : Tensor, shape (..., Lk, Ev)
-        Values. The leading (batch, head) axes of ``q``, ``k`` and ``v`` broadcast.
-    mask : Tensor, broadcastable to (..., Lq, Lk), optional
-        Boolean: ``True`` where a query may attend to a key. A floating-point mask is an additive
-        bias instead, as in ``torch.nn.functional.scaled_dot_product_attention``.
-    bias : Tensor, broadcastable to (..., Lq, Lk), optional
-        Added to the scaled scores (``-inf`` hides a key).
-    scale : float, optional
-        Multiplies ``q k^T``; default ``1 / sqrt(E)``.
-    causal : bool
-        Query ``i`` attends only to keys ``j <= i`` (top-left aligned, as torch and JAX do).
-    return_weights : bool
-        Also return the attention weights.
-
-    Returns
-    -------
-    out : Tensor, shape (..., Lq, Ev)
-    weights : Tensor, shape (..., Lq, Lk)
-        Only with ``return_weights=True``; each row sums to one.
 
     Raises
     ------
@@ -101,6 +79,7 @@ def scaled_dot_product_attention(
     )
 
 
+@shared_sections(_docs.MULTI_HEAD_ATTENTION, **_DOC_FIELDS)
 def multi_head_attention(
     params,
     query,
@@ -118,41 +97,6 @@ def multi_head_attention(
 
     ``out = concat_h(attention(query Wq_h^T, key Wk_h^T, value Wv_h^T)) Wo^T + bo`` (each
     projection with its bias), the attention scaled dot-product per head.
-
-    Parameters
-    ----------
-    params : dict of str to Tensor
-        ``q_weight`` (embed_dim, query_dim), ``k_weight`` (embed_dim, key_dim), ``v_weight``
-        (embed_dim, value_dim), ``out_weight`` (out_dim, embed_dim) and optionally the biases
-        ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and ``out_bias`` (out_dim,).
-    query : Tensor, shape (..., Lq, query_dim)
-    key : Tensor, shape (..., Lk, key_dim), optional
-        Default ``query`` (self-attention).
-    value : Tensor, shape (..., Lk, value_dim), optional
-        Default ``key``.
-    num_heads : int
-        Divides ``embed_dim``; each head has ``embed_dim // num_heads`` features.
-    mask, bias : Tensor, optional
-        Broadcastable to ``(..., num_heads, Lq, Lk)``. As in :func:`scaled_dot_product_attention`;
-        the head axis is the third from last, so a per-example mask of shape (B, Lq, Lk) is passed
-        as ``mask[:, None]``.
-    scale : float, optional
-        Default ``1 / sqrt(embed_dim // num_heads)``.
-    causal, return_weights : bool
-        As in :func:`scaled_dot_product_attention`.
-
-    Returns
-    -------
-    out : Tensor, shape (..., Lq, out_dim)
-    weights : Tensor, shape (..., num_heads, Lq, Lk)
-        Only with ``return_weights=True``: every head's weights (not averaged).
-
-    Raises
-    ------
-    ValueError
-        ``params`` without a weight or with an unknown key, a weight or bias of another shape
-        than the inputs need, ``num_heads`` that does not divide ``embed_dim``, and what
-        :func:`scaled_dot_product_attention` raises.
 
     Examples
     --------
@@ -186,32 +130,9 @@ def multi_head_attention(
     )
 
 
+@shared_sections(_docs.SELF_ATTENTION, **_DOC_FIELDS)
 def self_attention(params, x, *, num_heads, **options):
     """Multi-head self-attention: queries, keys and values all come from ``x`` (..., L, dim).
-
-    Parameters
-    ----------
-    params : dict of str to Tensor
-        The projections, as in :func:`multi_head_attention` (``query_dim = key_dim =
-        value_dim = dim``).
-    x : Tensor, shape (..., L, dim)
-        The sequence.
-    num_heads : int
-        Divides ``embed_dim``.
-    **options
-        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
-        :func:`multi_head_attention`.
-
-    Returns
-    -------
-    out : Tensor, shape (..., L, out_dim)
-    weights : Tensor, shape (..., num_heads, L, L)
-        Only with ``return_weights=True``.
-
-    Raises
-    ------
-    ValueError
-        As :func:`multi_head_attention`.
 
     Examples
     --------
@@ -229,35 +150,10 @@ def self_attention(params, x, *, num_heads, **options):
     return multi_head_attention(params, x, x, x, num_heads=num_heads, **options)
 
 
+@shared_sections(_docs.CROSS_ATTENTION, **_DOC_FIELDS)
 def cross_attention(params, x, context, *, num_heads, **options):
     """Multi-head cross-attention: queries from ``x`` (..., Lq, dim), keys and values from
     ``context`` (..., Lk, context_dim).
-
-    Parameters
-    ----------
-    params : dict of str to Tensor
-        The projections, as in :func:`multi_head_attention` (``query_dim = dim``, ``key_dim =
-        value_dim = context_dim``).
-    x : Tensor, shape (..., Lq, dim)
-        The queries' sequence.
-    context : Tensor, shape (..., Lk, context_dim)
-        The sequence the queries attend to.
-    num_heads : int
-        Divides ``embed_dim``.
-    **options
-        ``mask``, ``bias``, ``scale``, ``causal``, ``return_weights``, as in
-        :func:`multi_head_attention`.
-
-    Returns
-    -------
-    out : Tensor, shape (..., Lq, out_dim)
-    weights : Tensor, shape (..., num_heads, Lq, Lk)
-        Only with ``return_weights=True``.
-
-    Raises
-    ------
-    ValueError
-        As :func:`multi_head_attention`.
 
     Examples
     --------
@@ -274,6 +170,17 @@ def cross_attention(params, x, context, *, num_heads, **options):
     return multi_head_attention(params, x, context, context, num_heads=num_heads, **options)
 
 
+#: ``init_params``' own parameters, for its docstring.
+_INIT_DRAW = """\
+generator : torch.Generator, optional
+    Draws the weights; default torch's global generator.
+dtype : torch.dtype, optional
+    Default ``torch.get_default_dtype()``.
+device : torch.device or str, optional
+    Where the tensors live."""
+
+
+@shared_sections(_docs.INIT_PARAMS, draw=_INIT_DRAW, **_DOC_FIELDS)
 def init_params(
     embed_dim,
     num_heads,
@@ -292,38 +199,6 @@ def init_params(
     ``kdim``, ``vdim`` (input sizes of keys and values) default to ``embed_dim``, and so does
     ``out_dim``; ``generator`` is a ``torch.Generator`` for reproducible draws.
 
-    Parameters
-    ----------
-    embed_dim : int
-        The size of the queries (input and projected), and of the output by default.
-    num_heads : int
-        Divides ``embed_dim``.
-    kdim, vdim : int, optional
-        Input sizes of keys and values; default ``embed_dim``.
-    out_dim : int, optional
-        Output size; default ``embed_dim``.
-    bias : bool
-        Whether to include the four (zero) biases.
-    generator : torch.Generator, optional
-        Draws the weights; default torch's global generator.
-    dtype : torch.dtype, optional
-        Default ``torch.get_default_dtype()``.
-    device : torch.device or str, optional
-        Where the tensors live.
-
-    Returns
-    -------
-    dict of str to Tensor
-        ``q_weight`` (embed_dim, embed_dim), ``k_weight`` (embed_dim, kdim), ``v_weight``
-        (embed_dim, vdim), ``out_weight`` (out_dim, embed_dim) in ``nn.Linear``'s (out, in)
-        layout, and with ``bias=True`` ``q_bias``, ``k_bias``, ``v_bias`` (embed_dim,) and
-        ``out_bias`` (out_dim,).
-
-    Raises
-    ------
-    ValueError
-        ``num_heads`` is not a positive int, or does not divide ``embed_dim``.
-
     Examples
     --------
     >>> import torch
@@ -337,24 +212,16 @@ def init_params(
     ...
     ValueError: expected embed_dim divisible by num_heads; got embed_dim=8, num_heads=3.
     """
-    _checks.check_heads(embed_dim, num_heads)
-    kdim = embed_dim if kdim is None else kdim
-    vdim = embed_dim if vdim is None else vdim
-    out_dim = embed_dim if out_dim is None else out_dim
     like = dict(dtype=dtype or torch.get_default_dtype(), device=device)
-    params = {}
-    for name, (rows, cols) in (
-        ("q", (embed_dim, embed_dim)),
-        ("k", (embed_dim, kdim)),
-        ("v", (embed_dim, vdim)),
-        ("out", (out_dim, embed_dim)),
-    ):
-        bound = math.sqrt(6.0 / (rows + cols))
-        u = torch.rand(rows, cols, generator=generator, **like)
-        params[f"{name}_weight"] = (2 * u - 1) * bound
-        if bias:
-            params[f"{name}_bias"] = torch.zeros(rows, **like)
-    return params
+
+    def uniform(index, shape, bound):
+        # Drawn in [0, 1) and mapped, in the order of the weights, from the one generator.
+        return (2 * torch.rand(*shape, generator=generator, **like) - 1) * bound
+
+    def zeros(shape):
+        return torch.zeros(shape, **like)
+
+    return _algebra.init_params(embed_dim, num_heads, kdim, vdim, out_dim, bias, uniform, zeros)
 
 
 class MultiHeadAttention(nn.Module):

@@ -1,10 +1,11 @@
 r"""The array algebra of one Bayesian attention site, written once against an array namespace
 ``xp`` (``zoo.array_namespace``: ``TorchOps`` or ``JaxOps``).
 
-:mod:`~zoo.bayesian_attention.torch_bam` and :mod:`~zoo.bayesian_attention.jax_bam` check their
-arguments, convert them as their library does and call these; the model, parameters and shapes
-are documented there. What differs per backend comes in as arguments: the noise is drawn by a
-callable (torch's generator, a JAX key), and ``dists`` is the backend's distributions module
+:mod:`~zoo.bayesian_attention._site` checks the arguments and calls these; the model, parameters
+and shapes are documented in :mod:`~zoo.bayesian_attention.torch_bam` and
+:mod:`~zoo.bayesian_attention.jax_bam`. What differs per backend comes in with the site's
+``backend`` (``_site.Backend``): the noise is drawn by its ``draw_noise`` (torch's generator, a
+JAX key), and its ``dists`` is the backend's distributions module
 (:mod:`~zoo.bayesian_attention.torch_distributions` or
 :mod:`~zoo.bayesian_attention.numpyro_distributions`), whose closed-form KLs and noise clamp are
 written per backend for speed (torch evaluates the special functions once per distinct value of
@@ -63,28 +64,16 @@ def prior_log_param(attention, prior_alpha, prior_mean, mask, like, xp):
     return None
 
 
-def weights_and_kl(
-    logits,
-    mask,
-    attention,
-    k,
-    sigma,
-    prior_log_param,
-    prior_beta,
-    prior_sigma,
-    mode,
-    num_samples,
-    noise,
-    draw_noise,
-    dists,
-    xp,
-):
+def weights_and_kl(logits, mask, k, prior_log_param, options, backend):
     """Weights (..., Lq, Lk) and KL (..., Lq) of one checked site.
 
     ``k`` is the Weibull shape as an array of the logits' dtype; ``prior_log_param`` is log
     alpha (Weibull) or log m (log-normal), or None for the uniform log-normal prior mean;
-    ``draw_noise(shape)`` draws the noise when ``noise`` is None.
+    ``options`` (``_site.Options``) holds the rest, ``options.num_samples`` checked; the noise is
+    ``backend.draw_noise``'s when ``options.noise`` is None.
     """
+    attention, mode, num_samples = options.attention, options.mode, options.num_samples
+    xp, dists = backend.xp, backend.dists
     shape = logits.shape
     log_p = masked_log_softmax(logits, mask, xp)
     if attention == "softmax":
@@ -92,19 +81,21 @@ def weights_and_kl(
     if mask is not None:
         # Hidden keys get a finite stand-in; they are dropped again below (no inf * 0 in grads).
         log_p = xp.where(mask, log_p, 0.0)
-    sigma = xp.asarray(sigma, like=logits)
+    sigma = xp.asarray(options.sigma, like=logits)
 
     if attention == "weibull":
         log_scale = weibull_log_scale(log_p, k, xp)
         alpha = xp.clip_min(xp.exp(prior_log_param), xp.finfo(logits.dtype).tiny)
         if mask is not None:
             alpha = xp.where(mask, alpha, 1.0)
-        kl = dists.kl_weibull_gamma(k, log_scale, alpha, xp.asarray(prior_beta, like=logits))
+        kl = dists.kl_weibull_gamma(
+            k, log_scale, alpha, xp.asarray(options.prior_beta, like=logits)
+        )
     else:
         if prior_log_param is None:  # uniform over the visible keys
             visible = shape[-1] if mask is None else xp.sum(mask, axis=-1, keepdims=True)
             prior_log_param = -xp.log(xp.asarray(visible, like=logits))
-        prior_sigma = xp.asarray(prior_sigma, like=logits)
+        prior_sigma = xp.asarray(options.prior_sigma, like=logits)
         prior_loc = prior_log_param - prior_sigma**2 / 2
         if mask is not None:
             prior_loc = xp.where(mask, prior_loc, 0.0)
@@ -118,10 +109,10 @@ def weights_and_kl(
         return (weights if mask is None else xp.where(mask, weights, 0.0)), kl
     draws = () if mode == "train" else (num_samples,)
     noise_shape = draws + tuple(shape)
-    if noise is None:
-        noise = draw_noise(noise_shape)
+    if options.noise is None:
+        noise = backend.draw_noise(noise_shape, logits, options)
     else:
-        noise = xp.asarray(noise, like=logits)
+        noise = xp.asarray(options.noise, like=logits)
         check_noise_shape(noise.shape, noise_shape)
     if attention == "weibull":
         log_s = weibull_log_weights(log_p, k, dists.clamp_uniform(noise), xp)

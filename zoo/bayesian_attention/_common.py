@@ -113,6 +113,16 @@ def check_num_samples(num_samples: Any, mode: str) -> int:
     return int(num_samples)
 
 
+def check_key_dims(key_dim: Any, hidden_dim: Any) -> int:
+    """A contextual prior's sizes: both positive ints; returns the hidden size (``key_dim`` for
+    None)."""
+    hidden_dim = key_dim if hidden_dim is None else hidden_dim
+    for name, value in (("key_dim", key_dim), ("hidden_dim", hidden_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"expected {name} to be a positive int; got {value!r}.")
+    return hidden_dim
+
+
 def check_shapes(q_shape, k_shape, v_shape) -> None:
     """q (..., Lq, D), k (..., Lk, D), v (..., Lk, Dv)."""
     if len(q_shape) < 2 or len(k_shape) < 2 or len(v_shape) < 2:

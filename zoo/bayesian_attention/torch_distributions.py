@@ -31,8 +31,9 @@ from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from zoo.array_namespace import TorchOps
-from zoo.bayesian_attention import _algebra
+from zoo.bayesian_attention import _algebra, _docs
 from zoo.bayesian_attention._common import EULER_GAMMA
+from zoo.docstrings import shared_sections
 
 __all__ = [
     "GammaAttention",
@@ -71,19 +72,9 @@ def compact(t: torch.Tensor) -> torch.Tensor:
     return t[tuple(slice(0, 1) if s else slice(None) for s in shared)]
 
 
+@shared_sections(_docs.MASKED_LOG_SOFTMAX, array="Tensor")
 def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Log-softmax over keys (the last axis) of the visible keys; ``-inf`` on hidden keys.
-
-    Parameters
-    ----------
-    logits : Tensor, shape (..., Lq, Lk)
-    mask : bool Tensor, broadcastable to ``logits``, optional
-        True where a key is visible.
-
-    Returns
-    -------
-    Tensor, the broadcast shape of ``logits`` and ``mask``
-    """
+    """Log-softmax over keys (the last axis) of the visible keys; ``-inf`` on hidden keys."""
     return _algebra.masked_log_softmax(logits, mask, _XP)
 
 
