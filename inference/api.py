@@ -3,10 +3,10 @@
 ``make_problem`` checks what every fit shares and builds the
 :class:`~inference.algorithm.Problem` an algorithm's ``init`` takes, with the algorithm's
 validated options. ``fit`` is a short pipeline of named steps: settle what runs
-(:func:`_settings`), check the run controls (:func:`_check_controls`), make the problem
-(:func:`_make`), start the algorithm (``Algorithm.init``), plan the run (:func:`_plan`: the
-checkpoint header, the validation, how the result is made), run the loop (``inference.loop``),
-then make the result and warn if the run did not converge. Everything particular to an
+(``_settings``), check the run controls (``_check_controls``), make the problem (``_make``),
+start the algorithm (``Algorithm.init``), plan the run (``_plan``: the checkpoint header, the
+validation, how the result is made), run the loop (``inference.loop``), then make the result
+and warn if the run did not converge. Everything particular to an
 algorithm is left to its own entry (``inference.registry``)."""
 
 from __future__ import annotations
