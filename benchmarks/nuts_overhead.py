@@ -24,7 +24,6 @@ import numpy as np
 
 import inference
 import zoo
-from inference.algorithm import Problem
 from inference.closed_form import start_values
 
 MODEL = "bayesian_gmm"
@@ -35,10 +34,9 @@ def median_bulk_ess(posterior: dict) -> float:
 
 
 def problem_for(backend, data, k, seed):
-    spec = zoo.get_model(MODEL)
-    back = inference.get_backend(backend)
-    config = spec.prepare(data, K=k)
-    return Problem(spec, data, config, back, back.resolve_device("cpu"), "float64", seed)
+    """The problem a NUTS fit samples: the same data, config, dtype and seed."""
+    problem, _ = inference.make_problem(MODEL, data, "nuts", backend, seed=seed, K=k)
+    return problem
 
 
 def start_sites(problem):

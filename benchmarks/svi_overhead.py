@@ -18,27 +18,25 @@ import numpy as np
 
 import inference
 import zoo
-from inference.algorithm import Problem
-from inference.loop import run
+from inference.loop import Length, run
 
 ALGORITHM = inference.get_algorithm("svi")
 LR = 0.05
 
 
 def make_state(backend, x, k, guide, seed=0):
-    spec = zoo.get_model("bayesian_gmm")
-    back = inference.get_backend(backend)
-    cfg = spec.prepare({"x": x}, K=k)
-    problem = Problem(spec, {"x": x}, cfg, back, back.resolve_device("cpu"), "float64", seed)
     # A constant rate, the one the bare loops use (SVI's default is a schedule of stages).
-    return ALGORITHM.init(problem, ALGORITHM.options({"guide": guide, "lr": LR}))
+    problem, options = inference.make_problem(
+        "bayesian_gmm", {"x": x}, ALGORITHM.name, backend, seed=seed, K=k, guide=guide, lr=LR
+    )
+    return ALGORITHM.init(problem, options)
 
 
 def time_zoo_loop(state, steps, n):
     t0 = time.perf_counter()
     # SVI's own stopping rule is checked as in a fit at its defaults (it cannot stop a run
     # shorter than two of its windows).
-    run(ALGORITHM, state, num_steps=steps, tol=ALGORITHM.traits.tol, num_data=n, progress=False)
+    run(ALGORITHM, state, Length(steps, ALGORITHM.traits.tol, n), progress=False)
     return (time.perf_counter() - t0) / steps
 
 

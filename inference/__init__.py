@@ -7,7 +7,7 @@ registers; data in memory, memory-mapped or streamed.
 """
 
 from inference.algorithm import Algorithm, Info, Problem, Traits
-from inference.api import ConcurrentFitError, fit
+from inference.api import ConcurrentFitError, fit, make_problem
 from inference.backends import get_backend
 from inference.backends.forking import ForkedProcessError
 from inference.checkpoint import CheckpointError
@@ -46,6 +46,7 @@ __all__ = [
     "list_algorithms",
     "load",
     "load_plugins",
+    "make_problem",
     "register_algorithm",
     "unregister_algorithm",
 ]

@@ -1,30 +1,44 @@
-"""``fit``: the facade scripts call. It checks what every fit shares, builds the
-:class:`~inference.algorithm.Problem`, and leaves everything else to the algorithm's own entry
-(``inference.registry``) and to the loop (``inference.loop``)."""
+"""``fit`` and ``make_problem``: the facade scripts call.
+
+``make_problem`` checks what every fit shares and builds the
+:class:`~inference.algorithm.Problem` an algorithm's ``init`` takes, with the algorithm's
+validated options. ``fit`` is a short pipeline of named steps: settle what runs
+(``_settings``), check the run controls (``_check_controls``), make the problem (``_make``),
+start the algorithm (``Algorithm.init``), plan the run (``_plan``: the checkpoint header, the
+validation, how the result is made), run the loop (``inference.loop``), then make the result
+and warn if the run did not converge. Everything particular to an
+algorithm is left to its own entry (``inference.registry``)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import inspect
 import os
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from inference import convergence, streaming
+from inference import checkpoint_header, convergence, streaming
 from inference.algorithm import Problem
 from inference.backends import get_backend
 from inference.checkpoint_guard import check_path, exclusive
-from inference.loop import final_result, nonfinite_advice, run
+from inference.loop import (
+    DEFAULT_ADVICE,
+    Checkpointing,
+    Length,
+    final_result,
+    nonfinite_advice,
+    run,
+)
 from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms, supporting
 from inference.result import FitResult
-from inference.validation import Validation
+from inference.validation import EarlyStopping, Validation
 from zoo import get_model
 from zoo.options import check_types, did_you_mean
 
@@ -62,46 +76,12 @@ def split_options(alg, spec, options: dict) -> tuple[dict, dict]:
     return own, model
 
 
-def _config_arrays(config) -> dict:
-    """The model config as named arrays, for a fingerprint (a checkpoint of another
-    architecture or other priors is refused on resume)."""
-    return {
-        f.name: np.asarray(getattr(config, f.name), dtype=object).astype(str)
-        if not isinstance(getattr(config, f.name), np.ndarray)
-        else getattr(config, f.name)
-        for f in dataclasses.fields(config)
-    }
-
-
-def _fingerprint(data) -> str:
-    digest = hashlib.sha256()
-    for key in sorted(data):
-        digest.update(key.encode())
-        digest.update(str(data[key].shape).encode())
-        digest.update(np.ascontiguousarray(data[key]).tobytes())
-    return digest.hexdigest()[:16]
-
-
-def init_record(init) -> str | None:
-    """``init`` as a checkpoint compares it: None or the method's name as given, arrays (an
-    (N, K) array of responsibilities, a dict of parameter arrays) by a fingerprint of their
-    values, so that a resume from other starting values is refused. Arrays are compared as
-    float64, the precision every start is computed in: the same values given as float32 or
-    as ints are the same start."""
-    if init is None or isinstance(init, str):
-        return init
-    arrays = init if isinstance(init, Mapping) else {"": init}
-    values = {str(k): np.asarray(v) for k, v in arrays.items()}
-    values = {k: v.astype(np.float64) if v.dtype.kind in "biuf" else v for k, v in values.items()}
-    return f"array {_fingerprint(values)}"
-
-
 def _fit_keywords() -> list[str]:
     """The names ``fit`` itself takes (``num_steps``, ``tol``, ...), for suggestions."""
     return [name for name in inspect.signature(fit).parameters if name != "options"]
 
 
-def _check_run_options(seed, num_steps, tol, checkpoint_every, callback) -> None:
+def _check_run_options(seed, num_steps, tol, checkpoint_every=100, callback=None) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
         raise TypeError(f"seed must be an int; got {type(seed).__name__}.")
     if not 0 <= seed < 2**63:
@@ -363,7 +343,171 @@ def fit(
     ValueError: lr= is an option of algorithm 'svi'; algorithm 'em' does not take it (got lr=0.1).
     """
     started = time.perf_counter()
-    setup = None  # seconds before the first step, once the loop starts
+    settings = _settings(model, data, algorithm, backend, num_steps, tol, options)
+    stopping = EarlyStopping(validation_data, validate_every, patience)
+    checkpointing = _check_controls(
+        seed, settings, callback, Checkpointing(checkpoint, checkpoint_every, resume), stopping
+    )
+    made = _make(
+        settings, data, device=device, seed=seed, init=init, dtype=dtype, num_data=num_data
+    )
+    state = settings.alg.init(made.problem, settings.options)
+    plan = _plan(settings, made, state, checkpointing, stopping)
+    # The process that writes the checkpoint holds a lock on it from resume to the last write.
+    path = plan.checkpointing.path
+    guard = exclusive(path) if path is not None and plan.lead else contextlib.nullcontext()
+    results = dataclasses.replace(plan.results, setup=time.perf_counter() - started)
+    with guard:
+        state, history, converged = run(
+            settings.alg,
+            state,
+            plan.length,
+            progress=progress and plan.lead,
+            checkpointing=plan.checkpointing,
+            callback=callback,
+            validation=plan.validation,
+            results=results,
+        )
+    result = final_result(results, state, history, converged)
+    result.timing["wall"] = time.perf_counter() - started
+    _warn_unconverged(
+        settings.alg, settings.spec, settings.back.NAME, result, settings.num_steps, settings.tol
+    )
+    return result
+
+
+def make_problem(
+    model,
+    data,
+    algorithm: str = DEFAULT_ALGORITHM,
+    backend: str = "numpyro",
+    *,
+    device: str = "cpu",
+    seed: int = 0,
+    num_steps: int | None = None,
+    init=None,
+    dtype: str | None = None,
+    num_data: int | None = None,
+    **options,
+) -> tuple[Problem, Any]:
+    """The :class:`~inference.Problem` and the algorithm's validated options that
+    ``algorithm``'s ``init`` takes, made as :func:`fit` makes them; for running an algorithm's
+    ``init`` and ``step`` yourself.
+
+    Everything is checked as :func:`fit` checks it (the model, algorithm and backend, whether
+    the model supports the algorithm, the data, the options, the seed), the model's declared
+    defaults for the algorithm are applied (``ModelSpec.algorithm_defaults``), and the data are
+    prepared and validated, so that a step from ``algorithm.init(problem, options)`` is the
+    step a fit would take.
+
+    Parameters
+    ----------
+    model : str or ModelSpec
+        A registered model name (``zoo.list_models()``) or a spec.
+    data : dict of str to array-like, or an iterable of minibatches
+        As for :func:`fit`.
+    algorithm : str
+        A registered algorithm (``inference.list_algorithms()``).
+    backend : {"pyro", "numpyro"}
+    device : str
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    seed : int
+        Seeds every random choice of the run.
+    num_steps : int, optional
+        The step budget (a schedule may be spread over it; ``Problem.num_steps``). Default: the
+        model's, else the algorithm's.
+    init : optional
+        The starting point, as for :func:`fit`.
+    dtype : {"float32", "float64"}, optional
+        Default: the model's preference (``spec.dtype``), else the algorithm's.
+    num_data : int, optional
+        With a stream of minibatches: the size of the full data set.
+    **options :
+        The algorithm's own options and the model's, as for :func:`fit`.
+
+    Returns
+    -------
+    problem : Problem
+        The model's spec, the validated data, the model's config, the backend, device, dtype,
+        seed, starting point and step budget.
+    options : the algorithm's ``Options``
+        The algorithm's options, validated, with the model's declared defaults.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`fit` raises them for bad data or options.
+
+    See Also
+    --------
+    fit : Make the problem, run the algorithm in the shared loop, and return a result.
+
+    Examples
+    --------
+    Two CAVI steps on the Bayesian mixture, taken by hand:
+
+    >>> import numpy as np
+    >>> import inference, zoo
+    >>> data = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 100)
+    >>> problem, options = inference.make_problem("bayesian_gmm", data, "cavi", "pyro", K=2)
+    >>> problem.num_data, problem.dtype, problem.config.K
+    (100, 'float64', 2)
+    >>> cavi = inference.get_algorithm("cavi")
+    >>> state = cavi.init(problem, options)
+    >>> state, info = cavi.step(state)
+    >>> state, info = cavi.step(state)
+    >>> print(f"{info.objective / problem.num_data:.2f} nats per point")
+    -5.08 nats per point
+
+    They are the steps a fit takes:
+
+    >>> res = inference.fit(
+    ...     "bayesian_gmm", data, "cavi", "pyro", K=2, num_steps=2, tol=0, progress=False
+    ... )
+    >>> bool(res.history["objective"][-1] == info.objective)
+    True
+
+    The options are the algorithm's, validated:
+
+    >>> problem, options = inference.make_problem("gmm", data, "svi", "pyro", K=2, lr=0.05)
+    >>> type(options).__name__, options.lr
+    ('SVIOptions', 0.05)
+    >>> inference.make_problem("gmm", data, "svi", "pyro", K=2, lr=-1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be a float in the range (0, inf); got -1.0.
+    """
+    settings = _settings(model, data, algorithm, backend, num_steps, None, options)
+    _check_run_options(seed, settings.num_steps, settings.tol)
+    made = _make(
+        settings, data, device=device, seed=seed, init=init, dtype=dtype, num_data=num_data
+    )
+    return made.problem, settings.options
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What a fit runs, settled from its arguments before any data are read: the model's spec,
+    the algorithm, its validated options (the model's declared defaults included) and the
+    backend; the model's options; every option the caller gave (the algorithm's and the
+    model's: advice on a non-finite objective names extreme ones); the step budget and
+    tolerance; and whether the data are held in memory."""
+
+    spec: Any
+    alg: Any
+    back: Any
+    options: Any
+    model_options: dict
+    given: dict
+    num_steps: int
+    tol: float | None
+    out_of_core: bool
+
+
+def _settings(model, data, algorithm, backend, num_steps, tol, options: dict) -> _Settings:
+    """The first step of a fit: the model, algorithm and backend looked up, the options split
+    between the algorithm and the model and checked, and the defaults the caller left out
+    filled in."""
     spec = get_model(model)
     alg = get_algorithm(algorithm)
     back = get_backend(backend)
@@ -393,25 +537,53 @@ def fit(
     if num_steps is None:
         num_steps = declared["num_steps"] or alg.default_num_steps(opts)
     tol = declared["tol"] if tol is None else tol
-    if checkpoint_every is not None and checkpoint is None:
-        raise ValueError("checkpoint_every= needs checkpoint=PATH, the file to write.")
-    checkpoint_every = 100 if checkpoint_every is None else checkpoint_every
-    _check_run_options(seed, num_steps, tol, checkpoint_every, callback)
-    source = kept = None
-    if (validate_every is not None or patience is not None) and validation_data is None:
-        raise ValueError("validate_every= and patience= need validation_data= to validate on.")
-    if resume and checkpoint is None:
-        raise ValueError("resume=True needs checkpoint=PATH, the file to resume from.")
-    if checkpoint is not None:  # before any work, so that no result is lost to a bad path
-        checkpoint = check_path(checkpoint, resume=resume)
+    given = {**own, **model_opts}
+    return _Settings(spec, alg, back, opts, model_opts, given, num_steps, tol, out_of_core)
 
-    if num_data is not None and not out_of_core:
+
+def _check_controls(seed, settings: _Settings, callback, checkpointing, stopping) -> Checkpointing:
+    """The run's controls checked before any work is done, so that no result is lost to a bad
+    argument or checkpoint path; returns ``checkpointing`` with its path checked and its
+    default ``every``."""
+    path, every = checkpointing.path, checkpointing.every
+    if every is not None and path is None:
+        raise ValueError("checkpoint_every= needs checkpoint=PATH, the file to write.")
+    every = 100 if every is None else every
+    _check_run_options(seed, settings.num_steps, settings.tol, every, callback)
+    wants_validation = stopping.every is not None or stopping.patience is not None
+    if wants_validation and stopping.validation_data is None:
+        raise ValueError("validate_every= and patience= need validation_data= to validate on.")
+    if checkpointing.resume and path is None:
+        raise ValueError("resume=True needs checkpoint=PATH, the file to resume from.")
+    if path is not None:
+        path = check_path(path, resume=checkpointing.resume)
+    return dataclasses.replace(checkpointing, path=path, every=int(every))
+
+
+@dataclass(frozen=True)
+class _Made:
+    """A problem, with what a fit needs to know of how it was made: the data keys the algorithm
+    drew afresh from those given (``redrawn``: a checkpoint fingerprints them as given) and the
+    data a result refers to."""
+
+    problem: Problem
+    redrawn: list
+    result_data: Any
+
+
+def _make(settings: _Settings, data, *, device, seed, init, dtype, num_data) -> _Made:
+    """The problem: the data prepared by the algorithm (dynamic binarization), then validated,
+    or made a source of minibatches when they are not held in memory; the model's config from
+    them."""
+    spec, alg, back, opts = settings.spec, settings.alg, settings.back, settings.options
+    if num_data is not None and not settings.out_of_core:
         raise ValueError("num_data= is for streams of minibatches; these data are in memory.")
     given = data
     data = alg.prepare_data(spec, data, opts, int(seed))
     # What the algorithm drew afresh (dynamic binarization) is fingerprinted as given.
     redrawn = [] if data is given else [k for k in data if data[k] is not given.get(k)]
-    if out_of_core:
+    source = kept = None
+    if settings.out_of_core:
         if not spec.minibatch:
             raise ValueError(
                 f"Model {spec.name!r} does not support minibatches; it cannot be fitted on data "
@@ -423,7 +595,7 @@ def fit(
             batch_size=getattr(opts, "batch_size", None),
             num_data=num_data,
             seed=int(seed),
-            num_steps=int(num_steps),
+            num_steps=int(settings.num_steps),
         )
         kept = data if isinstance(data, dict) else None  # what the result refers to
         data = source.init_sample()
@@ -432,125 +604,106 @@ def fit(
     problem = Problem(
         spec=spec,
         data=data,
-        config=spec.prepare(data, **model_opts),
+        config=spec.prepare(data, **settings.model_options),
         backend=back,
         device=back.resolve_device(device),
         dtype=dtype or spec.dtype or alg.traits.dtype,
         seed=int(seed),
         source=source,
-        num_steps=int(num_steps),
+        num_steps=int(settings.num_steps),
         init=init,
         given=given,
     )
     if source is not None:  # later minibatches are checked against the config's bounds too
         source.config = problem.config
-    state = alg.init(problem, opts)
-    if checkpoint is not None and alg.unsaveable(state):
-        raise ValueError(alg.unsaveable(state))
-    guide = alg.guide(state)
-    record = {
-        "init": init if init is None or isinstance(init, str) else "array",
-        **alg.record(opts, state),
-        "dtype": problem.dtype,
-    }
-    # A data-parallel group: the first process writes checkpoints and shows progress.
-    lead = alg.lead(state)
-    if out_of_core:
-        data_fingerprint = streaming.fingerprint(source)
-    else:
-        data_fingerprint = _fingerprint({**data, **{k: np.asarray(given[k]) for k in redrawn}})
-    header = {
-        "model": spec.name,
-        "algorithm": alg.name,
-        "backend": back.NAME,
-        "guide": guide,
-        "seed": int(seed),
-        "init": init_record(init),
-        # Processes sharing each step draw their own particles for their rows (Pyro).
-        "processes": alg.processes(state),
-        "data_fingerprint": data_fingerprint,
-        "config_fingerprint": _fingerprint(_config_arrays(problem.config)),
-        # Resume may ask for more steps than the checkpointed run did (training extended).
-        "options": {
-            k: v for k, v in record.items() if k != "num_steps" or not alg.extendable(state)
-        },
-        "validation_setup": None,  # a run without validation data: one with them is another
-    }
+    return _Made(problem, redrawn, kept if settings.out_of_core else data)
 
-    validation = None
 
-    def make_result(state, history, converged, use_best=True):
-        best = use_best and validation is not None and validation.best_params is not None
+@dataclass(frozen=True)
+class ResultMaker:
+    """How a fit makes a :class:`FitResult` from a state and its history; everything else is
+    fixed before the first step. Called as ``results(state, history, converged)``: by the loop
+    for the result a :class:`~inference.NonFiniteObjectiveError` holds, by ``fit`` for the last
+    one, and by the validation to score held-out data.
+
+    ``options`` is the run's options record (``checkpoint_header.options_record``); ``data``
+    what the result refers to; ``advice`` what a result that is not finite tells to try. With a
+    ``validation``, a result holds the parameters of its best evaluation so far
+    (``best_step``), read when the result is made. ``setup``: the seconds from the call to the
+    first step, for the result's timing."""
+
+    alg: Any
+    problem: Problem
+    guide: str | None
+    options: dict
+    data: Any
+    advice: str = DEFAULT_ADVICE
+    validation: Validation | None = None
+    setup: float | None = None
+
+    def __call__(self, state, history, converged) -> FitResult:
+        alg, problem, validation = self.alg, self.problem, self.validation
+        best = validation is not None and validation.best_params is not None
         raw = validation.best_params if best else alg.get_params(state)
         draws, sample_stats = alg.draws(state) or (None, None)
         return FitResult(
-            model=spec.name,
+            model=problem.spec.name,
             algorithm=alg.name,
-            backend=back.NAME,
-            guide=guide,
-            params=alg.summarize(spec, raw, problem.config, state),
+            backend=problem.backend.NAME,
+            guide=self.guide,
+            params=alg.summarize(problem.spec, raw, problem.config, state),
             raw_params=raw,
             config=problem.config,
             history={k: np.asarray(v) for k, v in history.items()},
             converged=converged,
-            timing=_timing(history, setup),
+            timing=_timing(history, self.setup),
             num_data=problem.num_data,
-            seed=int(seed),
-            options=record,
-            data=kept if out_of_core else data,
+            seed=problem.seed,
+            options=self.options,
+            data=self.data,
             best_step=validation.best_step if best else None,
             draws=draws,
             sample_stats=sample_stats,
         )
 
-    if validation_data is not None:
-        if validate_every is None:  # an epoch of minibatches, else 100 steps
-            batch_size = getattr(opts, "batch_size", None)
-            validate_every = problem.num_data // batch_size if batch_size else 100
-        validation = _validation(
-            spec, alg, problem, state, make_result, validation_data, validate_every, patience
-        )
-        if validation.every > num_steps:
-            warnings.warn(
-                f"validate_every={validation.every} exceeds num_steps={num_steps}: the "
-                "validation data will never be scored.",
-                stacklevel=2,
-            )
-        header["validation_setup"] = {
-            "data_fingerprint": _fingerprint(
-                spec.validate_data(validation_data, "validation_data")
-            ),
-            "every": validation.every,
-            "patience": None if patience is None else int(patience),
-        }
 
-    # The process that writes the checkpoint holds a lock on it from resume to the last write.
-    guard = exclusive(checkpoint) if checkpoint is not None and lead else contextlib.nullcontext()
-    setup = time.perf_counter() - started
+@dataclass(frozen=True)
+class _Plan:
+    """How the run goes once its state is made: its length, its checkpointing (with the header
+    that identifies it), its validation, how its result is made, and whether this process leads
+    (a data-parallel group: the first process writes checkpoints and shows progress)."""
+
+    length: Length
+    checkpointing: Checkpointing
+    validation: Validation | None
+    results: ResultMaker
+    lead: bool
+
+
+def _plan(settings: _Settings, made: _Made, state, checkpointing, stopping) -> _Plan:
+    """The run planned from its first state: a checkpoint refused for a state that cannot be
+    resumed exactly, the checkpoint header, the result maker and the validation."""
+    alg, problem = settings.alg, made.problem
+    if checkpointing.path is not None and alg.unsaveable(state):
+        raise ValueError(alg.unsaveable(state))
+    guide = alg.guide(state)
+    record = checkpoint_header.options_record(alg, settings.options, state, problem)
+    lead = alg.lead(state)
+    header = checkpoint_header.header(
+        alg, state, problem, record, guide=guide, redrawn=made.redrawn
+    )
     # What a non-finite objective, parameter or summary is told to try, the options given first.
-    advice = nonfinite_advice(alg, spec, {**own, **model_opts})
-    with guard:
-        state, history, converged = run(
-            alg,
-            state,
-            num_steps=int(num_steps),
-            tol=tol,
-            num_data=problem.num_data,
-            progress=progress and lead,
-            checkpoint_path=checkpoint,
-            checkpoint_every=int(checkpoint_every),
-            resume=resume,
-            header=header,
-            callback=callback,
-            make_result=make_result,
-            validation=validation,
-            write_checkpoints=lead,
-            advice=advice,
-        )
-    result = final_result(make_result, state, history, converged, advice)
-    result.timing["wall"] = time.perf_counter() - started
-    _warn_unconverged(alg, spec, back.NAME, result, num_steps, tol)
-    return result
+    advice = nonfinite_advice(alg, settings.spec, settings.given)
+    results = ResultMaker(alg, problem, guide, record, made.result_data, advice)
+    validation = None
+    if stopping.validation_data is not None:
+        validation, held_out = _validation(settings, problem, state, results, stopping)
+        setup = checkpoint_header.validation_setup(held_out, validation.every, stopping.patience)
+        header = {**header, "validation_setup": setup}
+        results = dataclasses.replace(results, validation=validation)
+    length = Length(int(settings.num_steps), settings.tol, problem.num_data)
+    checkpointing = dataclasses.replace(checkpointing, header=header, write=lead)
+    return _Plan(length, checkpointing, validation, results, lead)
 
 
 def declared_defaults(alg, spec, given: dict, num_steps, tol) -> dict:
@@ -608,15 +761,22 @@ def _warn_unconverged(alg, spec, backend: str, result, num_steps: int, tol) -> N
     )
 
 
-def _validation(spec, alg, problem, state, make_result, validation_data, every, patience):
-    held_out = spec.validate_data(validation_data, "validation_data")
+def _validation(settings: _Settings, problem, state, results, stopping) -> tuple:
+    """The held-out data checked and scored once, and the :class:`Validation` that scores them
+    every so many steps; returns ``(validation, the held-out data as validated)``. ``results``
+    makes results from the current state (never the best so far) to score."""
+    spec, alg, every = settings.spec, settings.alg, stopping.every
+    if every is None:  # an epoch of minibatches, else 100 steps
+        batch_size = getattr(settings.options, "batch_size", None)
+        every = problem.num_data // batch_size if batch_size else 100
+    held_out = spec.validate_data(stopping.validation_data, "validation_data")
     if spec.check_data is not None:
         spec.check_data(held_out, problem.config)
 
     def validation_elbo(state, rows=None) -> float:
         """Per-point ELBO of the held-out data; one draw per point, the same each time."""
         scored = held_out if rows is None else {k: v[:rows] for k, v in held_out.items()}
-        return float(np.mean(make_result(state, {"time": []}, False, use_best=False).elbo(scored)))
+        return float(np.mean(results(state, {"time": []}, False).elbo(scored)))
 
     try:  # one row now, rather than a failure at the first evaluation, steps later
         validation_elbo(state, rows=1)
@@ -626,7 +786,14 @@ def _validation(spec, alg, problem, state, make_result, validation_data, every, 
             f"{alg.name!r}: validation is the per-datum ELBO of a guide over latents local "
             f"to each data point. ({type(err).__name__}: {err})"
         ) from err
-    return Validation(validation_elbo, every, patience)
+    validation = Validation(validation_elbo, every, stopping.patience)
+    if validation.every > settings.num_steps:
+        warnings.warn(
+            f"validate_every={validation.every} exceeds num_steps={settings.num_steps}: the "
+            "validation data will never be scored.",
+            stacklevel=4,  # past _validation, _plan and fit: the frame that called fit's body
+        )
+    return validation, held_out
 
 
 def _timing(history, setup=None) -> dict:

@@ -196,6 +196,8 @@ def _metavar(kind: str) -> str:
     return first.upper() if first in ("int", "float", "str", "bool") else "VALUE"
 
 
+# Longer than the layer's other functions, and kept whole: a flat declaration of the command
+# line, one add_argument per option, in the order ``--help`` lists them.
 def _parser(model: str | None = None) -> argparse.ArgumentParser:
     """The command line; with ``model``, ``fit`` and ``compare`` list that model's options too
     (for their ``--help``)."""

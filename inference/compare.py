@@ -386,16 +386,7 @@ def compare(
         algorithms, left_out = default_algorithms(spec)
         if left_out:
             warnings.warn(left_out_message(spec, left_out), stacklevel=2)
-    for name, values in (("algorithms", algorithms), ("backends", backends), ("seeds", seeds)):
-        if (
-            isinstance(values, str)
-            or not isinstance(values, Sequence | np.ndarray)
-            or not len(values)
-        ):
-            raise ValueError(f"{name} must be a non-empty list; got {values!r}.")
-        repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
-        if repeated:  # the same run twice: a duplicate row, and its time spent again
-            raise ValueError(f"{name} lists {repeated} more than once; give each once.")
+    _check_lists(algorithms=algorithms, backends=backends, seeds=seeds)
     for backend in backends:
         get_backend(backend)  # an unknown name is an error, not a silently empty row
     algs = [get_algorithm(a) for a in algorithms]
@@ -412,22 +403,7 @@ def compare(
         test_data = data
     else:
         spec.validate_data(test_data, "test_data")  # named as the caller's, before any fit
-    plan = []  # (algorithm, model, backend, guide, options) of each run, before any runs
-    for alg in algs:
-        target = next((m for m in [spec, *twins] if alg.supports(m)), None)
-        if target is None:
-            continue
-        for backend in backends:
-            for guide in _guides(alg, target, guides):
-                plan.append(
-                    (
-                        alg,
-                        target,
-                        backend,
-                        guide,
-                        _options_for(target, alg, guide, backend, options),
-                    )
-                )
+    plan = _plan_runs(algs, [spec, *twins], backends, guides, options)
     if plan:
         _check_every_option_is_used(spec, plan, options, reference)
     rows, results = [], []
@@ -448,34 +424,85 @@ def compare(
                 progress=progress,
                 **opts,
             )
-        evaluation = time.perf_counter()
-        heldout = res.log_marginal_likelihood(test_data, num_samples=num_samples, seed=seed)
-        objective = alg.comparable_objective(res, data)
-        evaluation = time.perf_counter() - evaluation
-        rows.append(
-            {
-                "model": target.name,
-                "algorithm": alg.name,
-                "guide": guide,
-                "backend": backend,
-                "seed": seed,
-                "objective": _objective_name(alg, target),
-                "objective_per_point": objective / res.num_data,
-                "heldout_log_pred_per_point": float(np.mean(heldout)),
-                "steps": _length(alg, res),
-                "setup_s": res.timing.get("setup", float("nan")),
-                "wall_time_s": res.timing["total"],
-                "first_step_s": res.timing["first_step"],
-                "evaluation_s": evaluation,
-                "converged": res.converged,
-            }
-        )
+        rows.append(_row((alg, target, backend, guide), seed, res, data, test_data, num_samples))
         results.append(res)
     if not rows:
         raise ValueError(
             f"No algorithm in {list(algorithms)} supports {spec.name!r} on {list(backends)}; "
             f"valid algorithms are {list_algorithms()}."
         )
+    _add_time_to_target(rows, results)
+    if reference is not None:
+        ref_draws = _reference_draws(
+            reference, spec, data, rows, results, backends, options, progress
+        )
+        for row, res in zip(rows, results, strict=True):
+            started = time.perf_counter()
+            row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
+            row["evaluation_s"] += time.perf_counter() - started
+    return Comparison(rows=rows, results=results)
+
+
+def _check_lists(**lists) -> None:
+    """Each of ``lists`` (algorithms, backends, seeds) is a non-empty list naming each run once."""
+    for name, values in lists.items():
+        if (
+            isinstance(values, str)
+            or not isinstance(values, Sequence | np.ndarray)
+            or not len(values)
+        ):
+            raise ValueError(f"{name} must be a non-empty list; got {values!r}.")
+        repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
+        if repeated:  # the same run twice: a duplicate row, and its time spent again
+            raise ValueError(f"{name} lists {repeated} more than once; give each once.")
+
+
+def _plan_runs(algs, models, backends, guides, options) -> list[tuple]:
+    """``(algorithm, model, backend, guide, options)`` of each run, before any runs: each
+    algorithm fits the first of ``models`` (the model, then its maximum-likelihood twin) that
+    it supports, on every backend, with each of its guides."""
+    plan = []
+    for alg in algs:
+        target = next((m for m in models if alg.supports(m)), None)
+        if target is None:
+            continue
+        for backend in backends:
+            for guide in _guides(alg, target, guides):
+                opts = _options_for(target, alg, guide, backend, options)
+                plan.append((alg, target, backend, guide, opts))
+    return plan
+
+
+def _row(run, seed, res, data, test_data, num_samples) -> dict:
+    """The row of the run ``(algorithm, model, backend, guide)`` with ``seed``, whose result is
+    ``res``: its objective and held-out log predictive per point (their evaluation timed), its
+    length and timings."""
+    alg, target, backend, guide = run
+    evaluation = time.perf_counter()
+    heldout = res.log_marginal_likelihood(test_data, num_samples=num_samples, seed=seed)
+    objective = alg.comparable_objective(res, data)
+    evaluation = time.perf_counter() - evaluation
+    return {
+        "model": target.name,
+        "algorithm": alg.name,
+        "guide": guide,
+        "backend": backend,
+        "seed": seed,
+        "objective": _objective_name(alg, target),
+        "objective_per_point": objective / res.num_data,
+        "heldout_log_pred_per_point": float(np.mean(heldout)),
+        "steps": _length(alg, res),
+        "setup_s": res.timing.get("setup", float("nan")),
+        "wall_time_s": res.timing["total"],
+        "first_step_s": res.timing["first_step"],
+        "evaluation_s": evaluation,
+        "converged": res.converged,
+    }
+
+
+def _add_time_to_target(rows, results) -> None:
+    """Each row's ``time_to_target_s``: the time its run took to come within ``TARGET_GAP``
+    nats per point of the best objective of its model's runs (NaN where it never did)."""
     # ELBOs are compared with ELBOs, EM's log-likelihoods with log-likelihoods; a sampler's
     # rows have no objective to compare.
     best = {}
@@ -489,15 +516,6 @@ def compare(
         y = _smoothed(res) / res.num_data
         hit = np.nonzero(y >= best[row["model"]] - TARGET_GAP)[0]
         row["time_to_target_s"] = float(res.history["time"][hit[0]]) if len(hit) else float("nan")
-    if reference is not None:
-        ref_draws = _reference_draws(
-            reference, spec, data, rows, results, backends, options, progress
-        )
-        for row, res in zip(rows, results, strict=True):
-            started = time.perf_counter()
-            row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
-            row["evaluation_s"] += time.perf_counter() - started
-    return Comparison(rows=rows, results=results)
 
 
 def _fitting(spec) -> list[str]:

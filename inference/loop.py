@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -159,23 +161,25 @@ def _nonfinite_names(params: dict) -> list[str]:
     return bad
 
 
-def final_result(make_result, state, history, converged, advice: str):
-    """The fit's result from its last state, or :class:`NonFiniteObjectiveError` where the
-    parameters cannot be summarised (a singular matrix to invert) or their summary is not
-    finite (a covariance that overflows though its Cholesky factor does not)."""
+def final_result(results, state, history, converged):
+    """The fit's result from its last state, made by ``results``
+    (``inference.api.ResultMaker``), or :class:`NonFiniteObjectiveError` where the parameters
+    cannot be summarised (a singular matrix to invert) or their summary is not finite (a
+    covariance that overflows though its Cholesky factor does not); the error says what
+    ``results.advice`` tells to try."""
     last = history["step"][-1] if history["step"] else 0
     try:
-        result = make_result(state, history, converged)
+        result = results(state, history, converged)
     except (np.linalg.LinAlgError, ArithmeticError) as err:
         raise NonFiniteObjectiveError(
             f"The parameters of step {last} cannot be summarised ({type(err).__name__}: "
-            f"{_first_line(err)}); no parameters are kept. {advice}"
+            f"{_first_line(err)}); no parameters are kept. {results.advice}"
         ) from err
     bad = _nonfinite_names(result.params)
     if bad:
         raise NonFiniteObjectiveError(
             f"The summary of the parameters of step {last} is not finite ({', '.join(bad)}); "
-            f"error.result holds it as it is. {advice}",
+            f"error.result holds it as it is. {results.advice}",
             result,
         )
     return result
@@ -185,11 +189,11 @@ def _without_last_step(history: dict) -> dict:
     return {k: v[:-1] if k in ("step", "objective", "time") else v for k, v in history.items()}
 
 
-def _nonfinite_error(alg, state, earlier, step, history, make_result, advice, what):
-    """A :class:`NonFiniteObjectiveError` for step ``step + 1``, whose ``result`` holds the
-    newest parameters that are all finite: those of ``state`` (step ``step``), else those of
-    ``earlier`` (step ``step - 1``; a backend that updates parameters in place has none to give
-    back), else those of ``state`` as they are."""
+def _nonfinite_error(alg, state, earlier, step, history, results, what):
+    """A :class:`NonFiniteObjectiveError` for step ``step + 1``, whose ``result`` (made by
+    ``results``, when given) holds the newest parameters that are all finite: those of ``state``
+    (step ``step``), else those of ``earlier`` (step ``step - 1``; a backend that updates
+    parameters in place has none to give back), else those of ``state`` as they are."""
     bad = nonfinite_parameters(alg, state)
     if not bad:
         candidate, at, past = state, step, history
@@ -198,15 +202,15 @@ def _nonfinite_error(alg, state, earlier, step, history, make_result, advice, wh
     else:
         candidate = None
     result = kept = None
-    if candidate is not None and make_result is not None:
+    if candidate is not None and results is not None:
         try:
-            result, kept = make_result(candidate, past, False), at
+            result, kept = results(candidate, past, False), at
         except NUMERICAL_ERRORS:
             pass
-    if result is None and make_result is not None:
+    if result is None and results is not None:
         try:  # no finite parameters: those of the last step, as they are
             with np.errstate(all="ignore"):  # summarising infinities: no warnings besides
-                result = make_result(state, history, False)
+                result = results(state, history, False)
         except NUMERICAL_ERRORS:
             result = None
     cause = f"; the parameters of step {step} are not finite or out of range ({', '.join(bad)})"
@@ -217,6 +221,7 @@ def _nonfinite_error(alg, state, earlier, step, history, make_result, advice, wh
         keep = f"error.result holds the parameters of step {step} as they are"
     else:
         keep = "no parameters are kept"
+    advice = DEFAULT_ADVICE if results is None else results.advice
     return NonFiniteObjectiveError(f"{what}{cause}; {keep}. {advice}", result)
 
 
@@ -386,163 +391,223 @@ def restore(path, header, alg, state, validation=None):
     return state, history, int(saved["step"]), stopped
 
 
+@dataclass(frozen=True)
+class Length:
+    """How long a run goes: at most ``num_steps`` steps, fewer once the algorithm's stopping rule
+    is met with ``tol`` nats per data point (``inference.convergence``; None: never), the
+    objective being a sum over ``num_data`` data points (progress shows it per point too)."""
+
+    num_steps: int
+    tol: float | None
+    num_data: int
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where a run writes its checkpoint (``path``; None: nowhere), every how many steps
+    (``every``; the last step, an interrupt and an early stop are always written), and whether
+    it continues from the checkpoint (``resume``). ``header`` identifies the run
+    (``inference.checkpoint_header``): a resume refuses a checkpoint whose header differs. With
+    ``write=False`` (the other processes of a data-parallel group) the checkpoint is read on
+    resume but never written.
+
+    ``fit`` builds one from its ``checkpoint``, ``checkpoint_every`` and ``resume`` as given
+    (``every`` None until it is checked), then adds the header once the run is planned."""
+
+    path: str | None = None
+    every: int | None = 100
+    resume: bool = False
+    header: Mapping = field(default_factory=dict)
+    write: bool = True
+
+
+class _Run:
+    """What one run changes as it goes: the state and the one before it (the last good one
+    when the newest is not finite), the history, the step it resumed from, whether and why it
+    ended before its last step; and how it takes, shows, stops and saves a step."""
+
+    def __init__(
+        self, alg, state, length: Length, checkpointing: Checkpointing, validation, results
+    ):
+        self.alg, self.state, self.earlier = alg, state, None
+        self.length, self.checkpointing = length, checkpointing
+        self.validation, self.results = validation, results
+        self.header = {**checkpointing.header, "tol": length.tol}  # read on resume, not compared
+        self.history = {"step": [], "objective": [], "time": []}
+        self.start_step = 0
+        self.stopped = None  # why a run ended before num_steps: "converged" or "early_stopping"
+        self.in_step = False  # a step under way (set before it, cleared once it is recorded)
+        path = checkpointing.path
+        if checkpointing.resume and path is not None and os.path.exists(path):
+            self.state, self.history, self.start_step, self.stopped = restore(
+                path, self.header, alg, state, validation
+            )
+            if self.start_step > length.num_steps:
+                raise ValueError(
+                    f"Checkpoint {path!r} is at step {self.start_step}, past num_steps="
+                    f"{length.num_steps}; resume with num_steps >= {self.start_step}."
+                )
+        elapsed = self.history["time"][-1] if self.history["time"] else 0.0
+        self.t0 = time.perf_counter() - elapsed
+        self.converged = self.stopped == "converged"
+
+    def steps(self) -> range:
+        # A run that converged or stopped early is finished: resuming it returns it as it was.
+        return range(self.start_step, self.start_step if self.stopped else self.length.num_steps)
+
+    def take_step(self, step: int):
+        """Step ``step + 1``, recorded in the history; returns its info."""
+        alg, state = self.alg, self.state
+        self.in_step = True
+        try:
+            new_state, info = alg.step(state)  # a new state: ``state`` stays as it was
+        except DataError:
+            raise
+        except NUMERICAL_ERRORS as err:
+            # A step that fails on parameters that are no longer finite (a learning rate that
+            # diverged) ends as a non-finite objective does, with advice.
+            if not nonfinite_parameters(alg, state):
+                raise
+            what = f"Step {step + 1} failed ({type(err).__name__}: {_first_line(err)})"
+            raise self.nonfinite_error(step, what) from err
+        objective = info.objective
+        if not math.isfinite(objective):
+            raise self.nonfinite_error(step, f"The objective became {objective} at step {step + 1}")
+        self.earlier, self.state = state, new_state
+        self.history["step"].append(step + 1)
+        self.history["objective"].append(objective)
+        self.history["time"].append(time.perf_counter() - self.t0)
+        self.in_step = False
+        return info
+
+    def nonfinite_error(self, step: int, what: str) -> NonFiniteObjectiveError:
+        return _nonfinite_error(
+            self.alg, self.state, self.earlier, step, self.history, self.results, what
+        )
+
+    def show(self, bar, step: int, info, progress: bool) -> None:
+        """The step on the progress bar, with the algorithm's description of it or the
+        objective per data point."""
+        if step == self.start_step:
+            count_first_step(bar, step + 1)
+        else:
+            bar.update(1)
+        described = self.alg.describe(info) if progress else None
+        if described:
+            bar.set_postfix_str(described, refresh=False)
+        elif progress and (step % 25 == 0 or step + 1 == self.length.num_steps):
+            # Stochastic objectives are noisy step to step: show their running mean.
+            stochastic = self.alg.traits.stochastic
+            recent = (
+                self.history["objective"][-RUNNING_MEAN_STEPS:] if stochastic else [info.objective]
+            )
+            per_point = sum(recent) / len(recent) / self.length.num_data
+            bar.set_postfix_str(f"objective/point={per_point:.4f}", refresh=False)
+
+    def check_stop(self, step: int) -> None:
+        """Whether the run ends after step ``step + 1``: the validation's early stopping, else
+        the algorithm's stopping rule."""
+        alg, history, state = self.alg, self.history, self.state
+        if self.validation is not None and self.validation.after_step(
+            step + 1, state, alg, history
+        ):
+            self.stopped = "early_stopping"
+        elif convergence.converged(
+            alg,
+            history["objective"],
+            self.length.tol,
+            self.length.num_data,
+            alg.rule_start(state) if alg.traits.stochastic else 0,
+        ):
+            self.stopped, self.converged = "converged", True
+
+    def due(self, step: int) -> bool:
+        """Whether a checkpoint is due after step ``step + 1``."""
+        every = self.checkpointing.every
+        return self.checkpointing.path is not None and (step + 1) % every == 0
+
+    def save(self) -> None:
+        """Checkpoint the last completed step, when a path is given and this call took a step."""
+        path, history = self.checkpointing.path, self.history
+        if path is None or not self.checkpointing.write:
+            return
+        if not history["step"] or history["step"][-1] <= self.start_step:
+            return
+        header = {**self.header, "step": history["step"][-1], "stopped": self.stopped}
+        try:
+            _save(path, header, self.alg, self.state, history, self.validation)
+        except OSError as err:  # a full disk, a folder removed mid-run: keep the fit
+            warnings.warn(
+                f"Could not write the checkpoint {path!r} at step {history['step'][-1]} "
+                f"({type(err).__name__}: {err.strerror or err}); the fit goes on and its result "
+                "is returned, but it cannot be resumed from this step.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def check_last_update(self) -> None:
+        """The last update left parameters that are not finite though the objective, computed
+        before it, was: no step is left to see it, so the fit must not end as if it had."""
+        last = self.history["step"][-1] if self.history["step"] else self.start_step
+        if last > self.start_step and nonfinite_parameters(self.alg, self.state):
+            what = f"The objective was finite to the last step, {last}"
+            raise self.nonfinite_error(last, what)
+
+
 def run(
     alg,
     state,
+    length: Length,
     *,
-    num_steps: int,
-    tol: float | None,
-    num_data: int,
     progress: bool = True,
-    checkpoint_path=None,
-    checkpoint_every: int = 100,
-    resume: bool = False,
-    header: dict | None = None,
+    checkpointing: Checkpointing | None = None,
     callback=None,
-    make_result=None,
     validation=None,
-    write_checkpoints: bool = True,
-    advice: str = DEFAULT_ADVICE,
+    results=None,
 ):
-    """Step ``alg`` from ``state`` until ``num_steps``, until its stopping rule is met with
-    ``tol`` (``inference.convergence``: an exact objective that changes by less than ``tol`` nats
-    per data point, a noisy one whose smoothed mean does), or until ``validation``
+    """Step ``alg`` from ``state`` for at most ``length.num_steps`` steps, until its stopping
+    rule is met with ``length.tol`` (:class:`Length`), or until ``validation``
     (``inference.validation``) stops early. Returns ``(state, history, converged)``.
 
-    ``callback(step, state, info)`` runs after each step (raise to stop). On an interrupt between
-    steps (a Ctrl-C that stops a step half way leaves the checkpoint of an earlier step), a bad
-    minibatch (``inference.streaming.DataError``) or a failed step (``OSError``,
-    ``RuntimeError``: e.g. a lost ``torch.distributed`` peer) the last completed step is
-    checkpointed (when a path is given) before the exception propagates. With
-    ``write_checkpoints=False`` (the other processes of a data-parallel group) the checkpoint is
-    read on resume but never written.
+    ``callback(step, state, info)`` runs after each step (raise to stop). ``checkpointing``
+    (:class:`Checkpointing`) says where the run is checkpointed and whether it resumes. On an
+    interrupt between steps (a Ctrl-C that stops a step half way leaves the checkpoint of an
+    earlier step), a bad minibatch (``inference.streaming.DataError``) or a failed step
+    (``OSError``, ``RuntimeError``: e.g. a lost ``torch.distributed`` peer) the last completed
+    step is checkpointed (when a path is given) before the exception propagates. A
+    :class:`NonFiniteObjectiveError` holds the result that ``results``
+    (``inference.api.ResultMaker``, or anything called as one and with an ``advice``) makes of
+    the last good state, and says what ``results.advice`` tells to try.
     """
-    header = {**(header or {}), "tol": tol}  # read back on resume, never compared
-    stochastic = alg.traits.stochastic
-    history = {"step": [], "objective": [], "time": []}
-    start_step = 0
-    stopped = None  # why a run ended before num_steps: "converged" or "early_stopping"
-    if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
-        state, history, start_step, stopped = restore(
-            checkpoint_path, header, alg, state, validation
-        )
-        if start_step > num_steps:
-            raise ValueError(
-                f"Checkpoint {checkpoint_path!r} is at step {start_step}, past num_steps="
-                f"{num_steps}; resume with num_steps >= {start_step}."
-            )
-    elapsed0 = history["time"][-1] if history["time"] else 0.0
-    t0 = time.perf_counter() - elapsed0
-    converged = stopped == "converged"
-    step = start_step
-    bar = progress_bar(num_steps, progress, desc=alg.name, initial=start_step)
-    in_step = [False]  # whether a step is under way (set before it, cleared once it is recorded)
-
-    def save_checkpoint():
-        """The last completed step, when a path is given and this call took a step."""
-        if (
-            checkpoint_path is not None
-            and write_checkpoints
-            and history["step"]
-            and history["step"][-1] > start_step
-        ):
-            step_header = {**header, "step": history["step"][-1], "stopped": stopped}
-            try:
-                _save(checkpoint_path, step_header, alg, state, history, validation)
-            except OSError as err:  # a full disk, a folder removed mid-run: keep the fit
-                warnings.warn(
-                    f"Could not write the checkpoint {checkpoint_path!r} at step "
-                    f"{history['step'][-1]} ({type(err).__name__}: {err.strerror or err}); the "
-                    "fit goes on and its result is returned, but it cannot be resumed from "
-                    "this step.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-
+    this = _Run(alg, state, length, checkpointing or Checkpointing(), validation, results)
+    bar = progress_bar(length.num_steps, progress, desc=alg.name, initial=this.start_step)
     try:
-        # A run that converged or stopped early is finished: resuming it returns it as it was.
         with _deferred_interrupt() as interrupted:
-            earlier = None  # the state before ``state``: the last good one if ``state``'s is not
-            for step in range(start_step, start_step if stopped else num_steps):
-                in_step[0] = True
-                try:
-                    new_state, info = alg.step(state)  # a new state: ``state`` stays as it was
-                except DataError:
-                    raise
-                except NUMERICAL_ERRORS as err:
-                    # A step that fails on parameters that are no longer finite (a learning
-                    # rate that diverged) ends as a non-finite objective does, with advice.
-                    if not nonfinite_parameters(alg, state):
-                        raise
-                    what = f"Step {step + 1} failed ({type(err).__name__}: {_first_line(err)})"
-                    raise _nonfinite_error(
-                        alg, state, earlier, step, history, make_result, advice, what
-                    ) from err
-                objective = info.objective
-                if not math.isfinite(objective):
-                    what = f"The objective became {objective} at step {step + 1}"
-                    raise _nonfinite_error(
-                        alg, state, earlier, step, history, make_result, advice, what
-                    )
-                earlier, state = state, new_state
-                history["step"].append(step + 1)
-                history["objective"].append(objective)
-                history["time"].append(time.perf_counter() - t0)
-                in_step[0] = False
-                if step == start_step:
-                    count_first_step(bar, step + 1)
-                else:
-                    bar.update(1)
-                described = alg.describe(info) if progress else None
-                if described:
-                    bar.set_postfix_str(described, refresh=False)
-                elif progress and (step % 25 == 0 or step + 1 == num_steps):
-                    # Stochastic objectives are noisy step to step: show their running mean.
-                    recent = (
-                        history["objective"][-RUNNING_MEAN_STEPS:] if stochastic else [objective]
-                    )
-                    bar.set_postfix_str(
-                        f"objective/point={sum(recent) / len(recent) / num_data:.4f}", refresh=False
-                    )
-                stop = validation is not None and validation.after_step(
-                    step + 1, state, alg, history
-                )
-                if stop:
-                    stopped = "early_stopping"
-                elif convergence.converged(
-                    alg,
-                    history["objective"],
-                    tol,
-                    num_data,
-                    alg.rule_start(state) if stochastic else 0,
-                ):
-                    stopped, converged = "converged", True
+            for step in this.steps():
+                info = this.take_step(step)
+                this.show(bar, step, info, progress)
+                this.check_stop(step)
                 if callback is not None:
-                    callback(step + 1, state, info)
-                if checkpoint_path is not None and (step + 1) % checkpoint_every == 0:
-                    save_checkpoint()
+                    callback(step + 1, this.state, info)
+                if this.due(step):
+                    this.save()
                 if interrupted:
                     raise KeyboardInterrupt
-                if stopped:
+                if this.stopped:
                     break
     except KeyboardInterrupt:
         # A second Ctrl-C stops a step half way: a Pyro step updates its parameters in place,
         # so they may be half a step on. The checkpoint on disk (the last written) stays whole.
-        if not in_step[0]:
-            save_checkpoint()
+        if not this.in_step:
+            this.save()
         raise
     except (DataError, OSError, RuntimeError):
         # A bad minibatch or a stream that ended, a lost worker: the last completed step is
         # saved, and resume=True continues from it.
-        save_checkpoint()
+        this.save()
         raise
     finally:
         bar.close()
-    last = history["step"][-1] if history["step"] else start_step
-    if last > start_step and nonfinite_parameters(alg, state):
-        # The last update left parameters that are not finite though the objective, computed
-        # before it, was: no step is left to see it, so the fit must not end as if it had.
-        what = f"The objective was finite to the last step, {last}"
-        raise _nonfinite_error(alg, state, earlier, last, history, make_result, advice, what)
-    save_checkpoint()  # early stops and the last step included
-    return state, history, converged
+    this.check_last_update()
+    this.save()  # early stops and the last step included
+    return this.state, this.history, this.converged

@@ -284,6 +284,9 @@ class SVI(Algorithm):
             )
         return {**data, **{k: binarize(check_grey_levels(data[k]), seed, 0) for k in keys}}
 
+    # Longer than the layer's other functions, and kept whole: one pass from the options to an
+    # engine, in which each choice (guide, temperature schedule, minibatches, data-parallel
+    # shard, ELBO) constrains the next, so it reads top to bottom as the engine is assembled.
     def init(self, problem: Problem, options: SVIOptions) -> SVIState:
         spec, back = problem.spec, problem.backend
         guide = options.guide or spec.guides[0]

@@ -10,8 +10,22 @@ scikit-learn's ``early_stopping`` and Keras's ``restore_best_weights`` do.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """``fit``'s ``validation_data``, ``validate_every`` and ``patience`` as given: held-out data
+    scored every ``every`` steps (None: one epoch of minibatches, else 100), the fit stopping
+    after ``patience`` evaluations without improvement (None: never); no validation without
+    ``validation_data``."""
+
+    validation_data: Any = None
+    every: int | None = None
+    patience: int | None = None
 
 
 class Validation:

@@ -22,6 +22,7 @@ API_PAGES = Path(__file__).resolve().parents[1] / "docs" / "api"
 OBJECTS = [
     # inference
     "inference:fit",
+    "inference:make_problem",
     "inference:compare",
     "inference.compare:Comparison",
     "inference:load",

@@ -517,19 +517,23 @@ def test_a_summary_that_is_not_finite_is_an_error():
     """A Cholesky factor of 1e200 is finite; the covariance it summarises to is not."""
     from inference.loop import final_result
 
-    def summary(state, history, converged):
-        return types.SimpleNamespace(params={"covariances": np.array([state * state])})
+    class Summary:  # stands in for a fit's ResultMaker
+        advice = "Lower it."
+
+        def __call__(self, state, history, converged):
+            return types.SimpleNamespace(params={"covariances": np.array([state * state])})
 
     history = {"step": [1, 2], "objective": [-1.0, -1.0], "time": [0.0, 0.0]}
     with pytest.raises(NonFiniteObjectiveError, match=r"step 2 is not finite \(covariances\)"):
-        final_result(summary, 1e200, history, False, "Lower it.")
-    assert final_result(summary, 2.0, history, False, "").params["covariances"] == [4.0]
+        final_result(Summary(), 1e200, history, False)
+    assert final_result(Summary(), 2.0, history, False).params["covariances"] == [4.0]
 
-    def singular(state, history, converged):
-        raise np.linalg.LinAlgError("Singular matrix")
+    class Singular(Summary):
+        def __call__(self, state, history, converged):
+            raise np.linalg.LinAlgError("Singular matrix")
 
     with pytest.raises(NonFiniteObjectiveError, match="cannot be summarised .*Singular"):
-        final_result(singular, 0.0, history, False, "Lower it.")
+        final_result(Singular(), 0.0, history, False)
 
 
 class Divergent:
@@ -560,19 +564,24 @@ class Divergent:
         return None
 
 
-def _summary(state, history, converged):
-    if not np.isfinite(state):
-        raise np.linalg.LinAlgError("Singular matrix")
-    return {"scale": state, "steps": len(history["step"])}
+class _Summary:
+    """A stand-in for a fit's ResultMaker: the parameter and how many steps led to it."""
+
+    advice = "Lower it."
+
+    def __call__(self, state, history, converged):
+        if not np.isfinite(state):
+            raise np.linalg.LinAlgError("Singular matrix")
+        return {"scale": state, "steps": len(history["step"])}
 
 
 @pytest.mark.parametrize("raises", [True, False])
 def test_the_nan_guard_keeps_the_last_finite_parameters(raises):
-    from inference.loop import run
+    from inference.loop import Length, run
 
     with pytest.raises(NonFiniteObjectiveError, match="Lower it") as info:
-        run(Divergent(raises), 1.0, num_steps=10, tol=None, num_data=1, progress=False,
-            make_result=_summary, advice="Lower it.")  # fmt: skip
+        run(Divergent(raises), 1.0, Length(num_steps=10, tol=None, num_data=1), progress=False,
+            results=_Summary())  # fmt: skip
     message = str(info.value)
     assert (
         "step 4" in message.lower()

@@ -1,0 +1,106 @@
+"""What identifies a run in its checkpoint: the header a checkpoint is written with, which a
+resume compares with its own (``inference.loop.restore``) to refuse a checkpoint of another
+model, data set, seed, option, starting values or validation set-up.
+
+Fingerprints are short digests of array values, so that a header stays small JSON however large
+the data: the data (or the stream's identity, ``inference.streaming.fingerprint``), the model's
+config, ``init`` arrays and validation data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+
+import numpy as np
+
+from inference import streaming
+
+
+def config_arrays(config) -> dict:
+    """The model config as named arrays, for a fingerprint (a checkpoint of another
+    architecture or other priors is refused on resume)."""
+    return {
+        f.name: np.asarray(getattr(config, f.name), dtype=object).astype(str)
+        if not isinstance(getattr(config, f.name), np.ndarray)
+        else getattr(config, f.name)
+        for f in dataclasses.fields(config)
+    }
+
+
+def fingerprint(data) -> str:
+    """A 16-hex-digit digest of a dict of arrays: their names, shapes and bytes."""
+    digest = hashlib.sha256()
+    for key in sorted(data):
+        digest.update(key.encode())
+        digest.update(str(data[key].shape).encode())
+        digest.update(np.ascontiguousarray(data[key]).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def init_record(init) -> str | None:
+    """``init`` as a checkpoint compares it: None or the method's name as given, arrays (an
+    (N, K) array of responsibilities, a dict of parameter arrays) by a fingerprint of their
+    values, so that a resume from other starting values is refused. Arrays are compared as
+    float64, the precision every start is computed in: the same values given as float32 or
+    as ints are the same start."""
+    if init is None or isinstance(init, str):
+        return init
+    arrays = init if isinstance(init, Mapping) else {"": init}
+    values = {str(k): np.asarray(v) for k, v in arrays.items()}
+    values = {k: v.astype(np.float64) if v.dtype.kind in "biuf" else v for k, v in values.items()}
+    return f"array {fingerprint(values)}"
+
+
+def options_record(alg, options, state, problem) -> dict:
+    """The options of a run as its result and its checkpoint record them (JSON-able): how it
+    started (``init`` arrays only as ``"array"``; the header fingerprints them), the
+    algorithm's own record of its options, and the dtype."""
+    init = problem.init
+    return {
+        "init": init if init is None or isinstance(init, str) else "array",
+        **alg.record(options, state),
+        "dtype": problem.dtype,
+    }
+
+
+def validation_setup(held_out: dict, every: int, patience) -> dict:
+    """What a run validates on, as its header records it: validation data added, removed or
+    changed on resume make another run."""
+    return {
+        "data_fingerprint": fingerprint(held_out),
+        "every": every,
+        "patience": None if patience is None else int(patience),
+    }
+
+
+def header(alg, state, problem, record: dict, *, guide, redrawn=(), validation=None) -> dict:
+    """The header of a checkpoint of a run of ``alg`` from ``state`` on ``problem``: what
+    :func:`inference.loop.restore` compares on resume. ``record`` is
+    :func:`options_record`'s; ``redrawn`` names the data keys the algorithm drew afresh from
+    those given (dynamic binarization), which are fingerprinted as given; ``validation`` is
+    :func:`validation_setup`'s, or None for a run without validation data."""
+    if problem.source is not None:
+        data_fingerprint = streaming.fingerprint(problem.source)
+    else:
+        given = {k: np.asarray(problem.given[k]) for k in redrawn}
+        data_fingerprint = fingerprint({**problem.data, **given})
+    return {
+        "model": problem.spec.name,
+        "algorithm": alg.name,
+        "backend": problem.backend.NAME,
+        "guide": guide,
+        "seed": problem.seed,
+        "init": init_record(problem.init),
+        # Processes sharing each step draw their own particles for their rows (Pyro).
+        "processes": alg.processes(state),
+        "data_fingerprint": data_fingerprint,
+        "config_fingerprint": fingerprint(config_arrays(problem.config)),
+        # Resume may ask for more steps than the checkpointed run did (training extended).
+        "options": {
+            k: v for k, v in record.items() if k != "num_steps" or not alg.extendable(state)
+        },
+        # A run without validation data is another run than one with them.
+        "validation_setup": validation,
+    }
