@@ -26,7 +26,7 @@ error and the run goes on; the end lists every figure that could not be taken):
   stepped side by side (``bam_speed.py``).
 * ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
   at a few data sizes, both backends: the figures that calibrate
-  ``inference.sampler_device.NUTS_GPU_MIN_SIZE`` (the size below which a GPU fit warns that the
+  ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size below which a GPU fit warns that the
   CPU is faster). Each row prints its size (latent dimension x data size).
 
 Then the targets of the GPU work, met or not, and what could not be measured. The exit status
@@ -616,7 +616,11 @@ def nuts_leapfrog_seconds(data, backend, device, iterations, depth):
 
 def nuts(run: Run) -> list[dict]:
     import zoo
-    from inference.sampler_device import NUTS_GPU_MIN_SIZE, cpu_likely_faster, sampling_size
+    from inference.algorithms.sampler_device import (
+        NUTS_GPU_MIN_SIZE,
+        cpu_likely_faster,
+        sampling_size,
+    )
 
     dev, sizes = run.args.device, run.sizes
     spec = zoo.get_model("bayesian_gmm")

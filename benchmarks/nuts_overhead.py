@@ -24,7 +24,7 @@ import numpy as np
 
 import inference
 import zoo
-from inference.closed_form import start_values
+from inference.algorithms.closed_form import start_values
 
 MODEL = "bayesian_gmm"
 

@@ -200,7 +200,7 @@ def pictures(res, test, labels, out):
 def from_checkpoint(path, test, args):
     """The best-validated parameters of a checkpoint, as a FitResult (config from ``args``); a
     saved fit (``FitResult.save``) is read as it is."""
-    from inference.checkpoint import load as load_checkpoint
+    from inference.persistence.checkpoint import load as load_checkpoint
 
     header, arrays = load_checkpoint(path)
     if header.get("kind") == "fit_result":

@@ -6,15 +6,16 @@ registers; data in memory, memory-mapped or streamed.
 >>> res = inference.fit("bayesian_gmm", {"x": X}, algorithm="cavi", backend="numpyro", K=10)
 """
 
+from inference import _moved
 from inference.algorithm import Algorithm, Info, Problem, Traits
 from inference.api import ConcurrentFitError, fit, make_problem
 from inference.backends import get_backend
 from inference.backends.forking import ForkedProcessError
-from inference.checkpoint import CheckpointError
-from inference.checkpoint_guard import CheckpointInUseError
 from inference.compare import compare
 from inference.convergence import ConvergenceWarning
 from inference.loop import NonFiniteObjectiveError
+from inference.persistence.checkpoint import CheckpointError
+from inference.persistence.checkpoint_guard import CheckpointInUseError
 from inference.registry import (
     get_algorithm,
     list_algorithms,
@@ -24,6 +25,8 @@ from inference.registry import (
 )
 from inference.result import FitResult, load
 from inference.streaming import DataError, StreamEndedError
+
+_moved.install()  # inference.svi and the other paths from before the folders still import
 
 __all__ = [
     "Algorithm",

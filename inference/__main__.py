@@ -1,5 +1,5 @@
 import sys
 
-from inference.cli import main
+from inference.tools.cli import main
 
 sys.exit(main())

@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from inference import checkpoint_header, convergence, streaming
+from inference import convergence, streaming
 from inference.algorithm import Problem
 from inference.backends import get_backend
-from inference.checkpoint_guard import check_path, exclusive
 from inference.loop import (
     DEFAULT_ADVICE,
     Checkpointing,
@@ -36,6 +35,8 @@ from inference.loop import (
     nonfinite_advice,
     run,
 )
+from inference.persistence import checkpoint_header
+from inference.persistence.checkpoint_guard import check_path, exclusive
 from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms, supporting
 from inference.result import FitResult
 from inference.validation import EarlyStopping, Validation

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference import checkpoint, convergence
+from inference import convergence
 from inference.backends import tree_codec
+from inference.persistence import checkpoint
 from inference.streaming import DataError
 
 RUNNING_MEAN_STEPS = 100
@@ -407,7 +408,7 @@ class Checkpointing:
     """Where a run writes its checkpoint (``path``; None: nowhere), every how many steps
     (``every``; the last step, an interrupt and an early stop are always written), and whether
     it continues from the checkpoint (``resume``). ``header`` identifies the run
-    (``inference.checkpoint_header``): a resume refuses a checkpoint whose header differs. With
+    (``inference.persistence.checkpoint_header``): a resume refuses a checkpoint whose header differs. With
     ``write=False`` (the other processes of a data-parallel group) the checkpoint is read on
     resume but never written.
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import warnings
 
 from inference.algorithm import Algorithm
-from inference.closed_form import CAVI, EM
-from inference.nuts import NUTSAlgorithm
-from inference.svi import SVI
-from inference.svi_natural import NaturalGradientSVI
+from inference.algorithms.closed_form import CAVI, EM
+from inference.algorithms.nuts import NUTSAlgorithm
+from inference.algorithms.svi import SVI
+from inference.algorithms.svi_natural import NaturalGradientSVI
 from zoo.options import did_you_mean
 from zoo.plugins import new_entry_points
 

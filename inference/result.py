@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from inference import checkpoint, saved_fit
 from inference.backends import get_backend
 from inference.evaluation import LogSumExp, check_num_samples, chunk_seed, importance_statistics
+from inference.persistence import checkpoint, saved_fit
 from inference.registry import get_algorithm
 from zoo import get_model, memory
 
@@ -677,7 +677,7 @@ def load(path) -> FitResult:
 
     The file is checked against what wrote it and against its model before anything is built
     from it: a member missing or of the wrong shape, or a config value of the wrong type, raises
-    :class:`~inference.checkpoint.CheckpointError` naming it.
+    :class:`~inference.persistence.checkpoint.CheckpointError` naming it.
 
     Parameters
     ----------
@@ -723,7 +723,7 @@ def load(path) -> FitResult:
     ...     inference.load(path)
     Traceback (most recent call last):
     ...
-    inference.checkpoint.CheckpointError: '...notes.txt' is not a zoo file, or is corrupt ...
+    inference.persistence.checkpoint.CheckpointError: '...notes.txt' is not a zoo file, or is corrupt ...
     """
     header, arrays = checkpoint.load(path)
     if header.get("kind") != "fit_result":

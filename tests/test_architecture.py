@@ -233,3 +233,32 @@ def test_an_algorithm_reads_its_traits_not_its_name():
         assert isinstance(alg.traits, inference.Traits)
         assert alg.traits.estimate in ("posterior", "point", "draws")
         assert isinstance(alg.traits.num_steps, int | np.integer) and alg.traits.num_steps > 0
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("inference.svi", "inference.algorithms.svi"),
+        ("inference.closed_form", "inference.algorithms.closed_form"),
+        ("inference.checkpoint", "inference.persistence.checkpoint"),
+        ("inference.conformance", "inference.tools.conformance"),
+    ],
+)
+def test_the_module_paths_from_before_the_folders_still_import(old, new):
+    import importlib
+    import sys
+
+    assert importlib.import_module(old) is importlib.import_module(new)
+    assert sys.modules[old] is sys.modules[new]
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("inference.no_such_module")
+
+
+def test_the_folders_hold_what_their_names_say():
+    from inference.registry import algorithm_source
+
+    for name in inference.list_algorithms():
+        if algorithm_source(name) == "built-in":
+            assert inference.get_algorithm(name).__module__.startswith("inference.algorithms.")
+    for folder, names in {"persistence": {"checkpoint", "saved_fit"}, "tools": {"cli"}}.items():
+        assert names <= {p.stem for p in (ROOT / "inference" / folder).glob("*.py")}

@@ -37,7 +37,7 @@ def test_an_old_checkpoint_resumes_to_the_uninterrupted_run(tmp_path, data, name
     algorithm, backend, options = RUNS[name]
     path = tmp_path / f"{name}.zoo"
     shutil.copy(FILES / f"{name}.zoo", path)  # resuming writes to it
-    assert inference.checkpoint.load(path)[0]["step"] == 3
+    assert inference.persistence.checkpoint.load(path)[0]["step"] == 3
     resumed = inference.fit(
         "bayesian_gmm", data, algorithm, backend, num_steps=6, checkpoint=path, resume=True,
         K=2, tol=0.0, progress=False, seed=1, **options,

@@ -1,13 +1,13 @@
 """Every registered model meets the zoo's contract, on every algorithm that supports it.
 
-These are the checks ``inference.conformance.check_model(spec)`` runs and reports on one model:
+These are the checks ``inference.tools.conformance.check_model(spec)`` runs and reports on one model:
 the registration and log-joint checks of ``zoo.testing``, and a short fit per algorithm.
 """
 
 import pytest
 
 import zoo
-from inference import conformance
+from inference.tools import conformance
 from zoo import testing
 
 MODELS = zoo.list_models()

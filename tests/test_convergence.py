@@ -99,7 +99,7 @@ def test_svi_at_its_defaults_reaches_cavis_elbo(blobs, backend):
     """The enumerated guide's ELBO, at SVI's default schedule and stopping rule, is within
     0.002 nats per point of CAVI's optimum (measured: 0.004 above it on both backends, the
     assignments summed out). The run takes about 10,000 steps (35 s on Pyro, 8 s on NumPyro)."""
-    from inference.svi import enumerated_elbo
+    from inference.algorithms.svi import enumerated_elbo
 
     options = dict(K=3, weight_prior="dirichlet_distribution")
     cavi = inference.fit("bayesian_gmm", blobs, "cavi", backend, progress=False, **options)

@@ -206,7 +206,7 @@ def test_pyro_worker_dies_then_checkpoint_resumes(tmp_path, two_process_run):
     assert died.returncode != 0  # torchrun reports the failed worker and stops the group
     assert "exitcode  : 3" in died.stderr or "exitcode: 3" in died.stderr, died.stderr[-3000:]
     assert not (tmp_path / "x.npz").exists()
-    saved, _ = inference.checkpoint.load(path)
+    saved, _ = inference.persistence.checkpoint.load(path)
     assert saved["step"] in (10, 12)  # periodic (every 5) or saved as the survivor stopped
     resumed = torchrun("--out", tmp_path / "resumed.npz", "--checkpoint", path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -47,9 +47,9 @@ OBJECTS = [
     "zoo:get_model",
     "zoo:list_models",
     # checking a model
-    "inference.conformance:check_model",
-    "inference.conformance:ConformanceReport",
-    "inference.conformance:CheckResult",
+    "inference.tools.conformance:check_model",
+    "inference.tools.conformance:ConformanceReport",
+    "inference.tools.conformance:CheckResult",
     "zoo.testing:check_spec",
     "zoo.testing:check_registration",
     "zoo.testing:check_twins_and_log_joint",

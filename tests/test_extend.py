@@ -1,5 +1,5 @@
 """Extending the zoo from outside: the example plugin of ``examples/extend`` is pip-installed,
-found through its ``zoo.models`` entry point, passes ``inference.conformance.check_model``, and every
+found through its ``zoo.models`` entry point, passes ``inference.tools.conformance.check_model``, and every
 algorithm it supports lands on its closed-form posterior on both backends. Then the errors an
 extender meets: a missing backend, twins that disagree, a guide that misses a latent site, a
 taken name, a broken plugin."""
@@ -21,7 +21,7 @@ from scipy.stats import multivariate_normal
 
 import inference
 import zoo
-from inference import conformance
+from inference.tools import conformance
 from zoo import ModelSpecError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,10 +265,10 @@ def test_the_cli_lists_and_fits_the_plugin(plugin, plugin_path, regression_data,
     assert listed[MODEL]["source"].startswith("plugin zoo-linear-regression")
     assert listed[MODEL]["algorithms"] == ["cavi", "nuts", "svi", "svi-natural"]
 
-    # `zoo fit ...`, run in this process (inference.cli.main) to spare a second start-up.
+    # `zoo fit ...`, run in this process (inference.tools.cli.main) to spare a second start-up.
     from zoo_linear_regression.posterior import exact_posterior
 
-    from inference.cli import main
+    from inference.tools.cli import main
 
     path = tmp_path / "regression.npz"
     np.savez(path, **regression_data)
@@ -503,7 +503,7 @@ def test_the_algorithm_plugin_passes_the_conformance_suite_and_the_cli(restarts,
     assert [r.name for r in report.results][-1] == "em-restarts/numpyro"
     with pytest.raises(ValueError, match="starts must be an int"):
         inference.fit("gmm", {"x": np.ones((10, 2))}, "em-restarts", starts=0, K=2)
-    from inference.cli import main
+    from inference.tools.cli import main
 
     assert main(["algorithms", "--json"]) == 0
     listed = {a["name"]: a for a in json.loads(capsys.readouterr().out)}

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import inference
-from inference import checkpoint, checkpoint_guard
 from inference.api import ConcurrentFitError
+from inference.persistence import checkpoint, checkpoint_guard
 from zoo import datasets, files
 
 FAST = dict(algorithm="cavi", backend="pyro", K=2, num_steps=3, progress=False)
@@ -166,7 +166,7 @@ def test_a_checkpoint_in_use_by_another_process_names_it(data, tmp_path):
             textwrap.dedent(
                 f"""
                 import sys, time
-                from inference.checkpoint_guard import exclusive
+                from inference.persistence.checkpoint_guard import exclusive
                 with exclusive({str(path)!r}):
                     print("held", flush=True)
                     sys.stdin.readline()

@@ -1,6 +1,6 @@
 """Bad input to the command line: each is one line, ``zoo: error: ...`` naming the argument or
 file at fault, a non-zero exit status, no traceback, and no file of the user's touched. Paths are
-checked before any fitting starts. Runs ``inference.cli.main`` in this process, except where a
+checked before any fitting starts. Runs ``inference.tools.cli.main`` in this process, except where a
 real pipe is needed."""
 
 import importlib
@@ -19,11 +19,11 @@ import pytest
 
 import inference
 import zoo
-from inference import cli
 from inference.api import model_options
-from inference.cli import main
 from inference.compare import Comparison
 from inference.registry import first_supporting, list_algorithms
+from inference.tools import cli
+from inference.tools.cli import main
 from zoo import files as zoo_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -489,7 +489,7 @@ def test_fit_model_help_answers_at_once_without_the_backends():
     """A fresh process: the help imports no backend (torch, JAX, Pyro, NumPyro), and takes well
     under a second of CPU time (wall time on a loaded machine says more about the machine)."""
     code = (
-        "import sys, resource; from inference.cli import main; "
+        "import sys, resource; from inference.tools.cli import main; "
         "status = main(['fit', 'bayesian_gmm', '--help']); "
         "heavy = [m for m in ('torch', 'jax', 'pyro', 'numpyro') if m in sys.modules]; "
         "usage = resource.getrusage(resource.RUSAGE_SELF); "

@@ -14,8 +14,8 @@ import pytest
 
 import inference
 import zoo
-from inference.checkpoint import CheckpointError
-from inference.cli import main
+from inference.persistence.checkpoint import CheckpointError
+from inference.tools.cli import main
 from zoo import files as zoo_files
 
 
@@ -76,7 +76,7 @@ def fail_if_it_blocks():
 def test_reading_a_special_file_is_refused_without_opening_it(
     tmp_path, kind, reader, fail_if_it_blocks
 ):
-    from inference import checkpoint
+    from inference.persistence import checkpoint
 
     path = SPECIAL[kind](tmp_path / "fit.zoo")
     read = {
@@ -231,7 +231,7 @@ def test_the_shell_never_saves_over_its_data(data_dir, capsys, monkeypatch, spel
     def started(*args, **kwargs):
         raise AssertionError("the output path should have been refused before fitting")
 
-    from inference import cli
+    from inference.tools import cli
 
     monkeypatch.setattr(cli, "fit", started)
     assert main(["fit", "gmm", "--data", "x.npy", "--save", target]) == 2
@@ -284,7 +284,7 @@ def test_a_checkpoint_name_that_would_fail_at_its_first_write_is_refused_up_fron
 def test_a_checkpoint_that_cannot_be_written_does_not_lose_the_fit(tmp_path, monkeypatch):
     """A full disk at every write, the last included: the fit is returned, with a warning that
     names the path and the OS error."""
-    from inference import checkpoint
+    from inference.persistence import checkpoint
 
     def full(path, header, arrays):
         raise OSError(28, "No space left on device")
@@ -314,7 +314,7 @@ def test_a_checkpoint_folder_removed_mid_run_does_not_lose_the_fit(tmp_path):
 
 
 def test_a_checkpoint_named_through_a_link_is_locked_as_its_target(tmp_path):
-    from inference.checkpoint_guard import exclusive
+    from inference.persistence.checkpoint_guard import exclusive
 
     target = tmp_path / "fit.ckpt"
     link = tmp_path / "link.ckpt"
@@ -326,7 +326,7 @@ def test_a_checkpoint_named_through_a_link_is_locked_as_its_target(tmp_path):
 
 
 def test_deleting_the_lock_file_does_not_let_a_second_fit_in(tmp_path):
-    from inference.checkpoint_guard import LOCK_SUFFIX, exclusive
+    from inference.persistence.checkpoint_guard import LOCK_SUFFIX, exclusive
 
     path = tmp_path / "fit.ckpt"
     with exclusive(path):

@@ -8,8 +8,8 @@ import pytest
 
 import inference
 import zoo
-from inference import checkpoint
-from inference.checkpoint import CheckpointError
+from inference.persistence import checkpoint
+from inference.persistence.checkpoint import CheckpointError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -14,7 +14,7 @@ from torch.distributions import kl_divergence as torch_kl
 import inference
 import zoo
 from inference.algorithm import Problem
-from inference.svi import enumerated_elbo
+from inference.algorithms.svi import enumerated_elbo
 from zoo import distributions as jd
 from zoo import torch_distributions as td
 

@@ -9,7 +9,7 @@ import pytest
 
 import inference
 import zoo
-from inference.checkpoint import CheckpointError
+from inference.persistence.checkpoint import CheckpointError
 
 
 def test_registry():
@@ -249,7 +249,7 @@ def test_an_interrupt_inside_a_step_waits_for_the_step(tmp_path, gmm_data, monke
         patch.setattr(ALGORITHM, "step", step_with_ctrl_c)
         with pytest.raises(KeyboardInterrupt):
             inference.fit("bayesian_gmm", {"x": gmm_data}, checkpoint=path, **kwargs)
-    assert inference.checkpoint.load(path)[0]["step"] == 4
+    assert inference.persistence.checkpoint.load(path)[0]["step"] == 4
     resumed = inference.fit("bayesian_gmm", {"x": gmm_data}, checkpoint=path, resume=True, **kwargs)
     for k, v in full.raw_params.items():
         np.testing.assert_array_equal(resumed.raw_params[k], v)

@@ -9,8 +9,8 @@ import pytest
 
 import inference
 import zoo
-from inference import sampler_device
-from inference.sampler_device import (
+from inference.algorithms import sampler_device
+from inference.algorithms.sampler_device import (
     NUTS_GPU_MIN_SIZE,
     CPUFasterWarning,
     cpu_likely_faster,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import inference
-from inference.checkpoint import load as load_checkpoint
 from inference.minibatch import PermutedBatches
+from inference.persistence.checkpoint import load as load_checkpoint
 from inference.streaming import DataError, StreamEndedError
 
 ROOT = Path(__file__).resolve().parents[1]

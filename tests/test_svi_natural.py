@@ -5,7 +5,7 @@ import pytest
 
 import inference
 import zoo
-from inference.svi_natural import full_elbo
+from inference.algorithms.svi_natural import full_elbo
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 
 import inference
 import zoo
-from inference.checkpoint import CheckpointError
+from inference.persistence.checkpoint import CheckpointError
 
 SMALL = dict(latent_dim=3, hidden=(24,))
 

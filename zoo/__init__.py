@@ -89,7 +89,7 @@ def register(spec: ModelSpec, *, replace: bool = False, check: bool = True) -> M
     See Also
     --------
     unregister : Remove a model from the registry.
-    inference.conformance.check_model : The checks that also fit the model with every
+    inference.tools.conformance.check_model : The checks that also fit the model with every
         algorithm.
 
     Examples

@@ -1,6 +1,6 @@
 """The contract every model of the zoo meets on its own, as functions a test (or an extender)
 can call. Nothing here fits a model: the checks that do (a short fit with every algorithm that
-supports the model) are ``inference.conformance``, whose ``check_model`` runs these too.
+supports the model) are ``inference.tools.conformance``, whose ``check_model`` runs these too.
 
 * :func:`check_spec` checks the spec alone, with no imports; every registration runs it.
 * :func:`check_registration` also imports both twins and traces them on the spec's example data:
@@ -501,7 +501,7 @@ def _check_updates_module(spec) -> None:
 
 
 def _svi_temperature(twin, kind, config):
-    """The temperature SVI passes at its first step (``inference.svi``), so model and guide are
+    """The temperature SVI passes at its first step (``inference.algorithms.svi``), so model and guide are
     traced as SVI will call them: a relaxed (Gumbel-softmax) guide (``kind.relaxed``) at its
     starting temperature; a twin's own schedule at step 0; else None."""
     if kind.relaxed:

@@ -22,7 +22,7 @@ xp)`` (a mixture's cache of each minibatch is centred where the first was: ``ini
 config, xp, shift)``; see ``zoo/bayesian_gmm/closed_form.py`` and the extending example's
 Bayesian linear regression). ``exact_elbo(raw, config, chunks, xp, asarray)``, where a module
 defines it, evaluates a fit's ELBO over data read in chunks
-(``inference.svi_natural.full_elbo``).
+(``inference.algorithms.svi_natural.full_elbo``).
 """
 
 from __future__ import annotations

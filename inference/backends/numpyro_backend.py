@@ -61,7 +61,7 @@ def compile_step(fn):
 
 
 def make_elbo(name: str, num_particles: int):
-    """NumPyro's estimator for ``name`` (``inference.svi.ELBOS`` lists and explains them)."""
+    """NumPyro's estimator for ``name`` (``inference.algorithms.svi.ELBOS`` lists and explains them)."""
     from numpyro.infer import RenyiELBO, TraceMeanField_ELBO
 
     if name == "enum":

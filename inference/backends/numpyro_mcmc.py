@@ -1,4 +1,4 @@
-"""NumPyro's own NUTS kernel, run a chunk of iterations at a time (``inference.nuts``).
+"""NumPyro's own NUTS kernel, run a chunk of iterations at a time (``inference.algorithms.nuts``).
 
 ``numpyro.infer.NUTS`` does the sampling and the warm-up adaptation; this engine only drives its
 ``init`` and ``sample`` the way ``numpyro.infer.MCMC`` does, but in chunks: each chunk is one
@@ -22,7 +22,7 @@ import numpy as np
 from numpyro.contrib.funsor import config_enumerate
 from numpyro.infer import NUTS, init_to_uniform, init_to_value
 
-from inference.sampler_device import count_values, warn_if_cpu_faster
+from inference.algorithms.sampler_device import count_values, warn_if_cpu_faster
 
 #: What each iteration records besides the draws: ArviZ's names for NUTS's statistics.
 STATS = ("diverging", "acceptance_rate", "step_size", "n_steps", "lp", "energy")

@@ -99,7 +99,7 @@ JIT_ELBOS = {
 
 
 def make_elbo(name: str, num_particles: int, jit: bool = False):
-    """Pyro's estimator for ``name`` (``inference.svi.ELBOS`` lists and explains them); with
+    """Pyro's estimator for ``name`` (``inference.algorithms.svi.ELBOS`` lists and explains them); with
     ``jit``, its ``torch.jit.trace``-compiled twin (Pyro's ``JitTrace*_ELBO``)."""
     if jit and name not in JIT_ELBOS:
         raise ValueError(

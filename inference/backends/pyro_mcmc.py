@@ -1,4 +1,4 @@
-"""Pyro's own NUTS kernel, run a chunk of iterations at a time (``inference.nuts``).
+"""Pyro's own NUTS kernel, run a chunk of iterations at a time (``inference.algorithms.nuts``).
 
 ``pyro.infer.NUTS`` does the sampling and the warm-up adaptation; this engine drives its
 ``setup`` and ``sample`` the way ``pyro.infer.MCMC`` does for one chain, one chain after
@@ -9,7 +9,7 @@ torch random state is left as it was.
 
 A Pyro kernel keeps its adaptation state (step-size dual averaging, the mass matrix's running
 estimates, its caches) in Python attributes that Pyro does not expose for saving, so a Pyro
-sampling run cannot be checkpointed and resumed exactly; ``inference.nuts`` says so up front.
+sampling run cannot be checkpointed and resumed exactly; ``inference.algorithms.nuts`` says so up front.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from pyro.infer import NUTS, config_enumerate
 from pyro.infer.autoguide.initialization import init_to_uniform, init_to_value
 
-from inference.sampler_device import count_values, warn_if_cpu_faster
+from inference.algorithms.sampler_device import count_values, warn_if_cpu_faster
 
 
 class _CountingNUTS(NUTS):

@@ -34,7 +34,7 @@ so ``elbo="trace"`` gives ``E[log p(y | S)] - kl_weight * E[log q(S) - log p(S)]
 :mod:`~zoo.bayesian_attention.numpyro_distributions`). ``kl_weight=1`` is the ELBO. A warm-up
 ``kl_anneal_steps`` is described by :func:`kl_weight_schedule`; SVI passes a step-dependent value to
 the twins through their ``temperature`` argument, which this model reads as the KL weight (None:
-``kl_weight``); ``inference.svi`` finds the schedule through the twins' ``temperature_schedule``.
+``kl_weight``); ``inference.algorithms.svi`` finds the schedule through the twins' ``temperature_schedule``.
 
 Given the same draws, the model's forward pass is the guide's: the guide leaves its pass
 (:class:`~zoo.bayesian_attention._common.GuidePass`) and the model, when it replays exactly those

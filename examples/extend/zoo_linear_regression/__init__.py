@@ -22,7 +22,7 @@ raw parameters) is the reference that posterior comparisons measure every fit ag
 The package declares ``SPEC`` under the entry-point group ``zoo.models`` (``pyproject.toml``);
 once the package is installed, ``zoo.list_models()``, ``inference.fit`` and the ``zoo`` command
 (``python -m inference``) find the model with nothing imported by hand, and
-``inference.conformance.check_model("bayesian_linear_regression")`` checks it.
+``inference.tools.conformance.check_model("bayesian_linear_regression")`` checks it.
 """
 
 from __future__ import annotations

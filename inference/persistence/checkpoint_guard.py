@@ -9,7 +9,7 @@ import os
 import socket
 import time
 
-from inference.checkpoint import CheckpointError, read_header
+from inference.persistence.checkpoint import CheckpointError, read_header
 from zoo.files import remove_stale_temporaries, unwritable_reason
 
 try:  # POSIX
@@ -41,7 +41,7 @@ class CheckpointInUseError(CheckpointError):
     >>> import os, tempfile
     >>> import numpy as np
     >>> import inference, zoo
-    >>> from inference.checkpoint_guard import exclusive
+    >>> from inference.persistence.checkpoint_guard import exclusive
     >>> data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     path = os.path.join(folder, "run.ckpt")

@@ -21,7 +21,6 @@ import sys
 import numpy as np
 
 import zoo
-from inference import cli_paths
 from inference.api import fit, model_options
 from inference.compare import compare, default_algorithms, left_out_message
 from inference.registry import (
@@ -31,6 +30,7 @@ from inference.registry import (
     list_algorithms,
     supporting,
 )
+from inference.tools import cli_paths
 from zoo.docstrings import ParameterDoc, parameter_docs, plain
 from zoo.files import atomic_write
 

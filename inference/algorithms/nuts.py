@@ -33,7 +33,7 @@ import numpy as np
 
 from inference import convergence
 from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
-from inference.closed_form import start_values
+from inference.algorithms.closed_form import start_values
 
 CHAIN_METHODS = ("sequential", "vectorized")
 

@@ -121,7 +121,7 @@ class CheckResult:
 
     Examples
     --------
-    >>> from inference.conformance import check_model
+    >>> from inference.tools.conformance import check_model
     >>> report = check_model("gmm", algorithms=["em"], backends=["pyro"], num_steps=5)
     >>> check = report["em/pyro"]
     >>> check.status, check.passed, check.message
@@ -166,7 +166,7 @@ class ConformanceReport:
 
     >>> import dataclasses
     >>> import zoo
-    >>> from inference.conformance import check_model
+    >>> from inference.tools.conformance import check_model
     >>> spec = zoo.get_model("gmm")
     >>> broken = dataclasses.replace(
     ...     spec, name="gmm_broken", backends={**spec.backends, "numpyro": "no_such_module"}
@@ -288,7 +288,7 @@ def check_model(
     --------
     The mixture model's checks, with one short EM fit on Pyro:
 
-    >>> from inference.conformance import check_model
+    >>> from inference.tools.conformance import check_model
     >>> report = check_model("gmm", algorithms=["em"], backends=["pyro"], num_steps=5)
     >>> report.passed
     True

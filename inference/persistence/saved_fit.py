@@ -1,6 +1,6 @@
 """A saved fit checked against what wrote it and against its model, when it is loaded: a file
 with an array missing, an array of the wrong shape or a config value of the wrong type is refused
-with a :class:`~inference.checkpoint.CheckpointError` naming the member, instead of failing later,
+with a :class:`~inference.persistence.checkpoint.CheckpointError` naming the member, instead of failing later,
 far from the cause."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typing
 import numpy as np
 
 from inference.algorithm import Algorithm
-from inference.checkpoint import CheckpointError
+from inference.persistence.checkpoint import CheckpointError
 from zoo.options import check_types
 
 #: The header fields of a saved fit and the JSON types they hold.

@@ -39,8 +39,8 @@ import numpy as np
 
 from inference import learning_rate, streaming
 from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
+from inference.algorithms.closed_form import start_values
 from inference.backends import get_backend
-from inference.closed_form import start_values
 from inference.minibatch import EpochBatches, binarize, check_grey_levels
 from zoo import get_model
 from zoo.memory import available_memory, check_fits

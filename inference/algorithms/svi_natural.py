@@ -30,8 +30,8 @@ import numpy as np
 
 from inference import streaming
 from inference.algorithm import Algorithm, Problem, Traits
+from inference.algorithms.closed_form import decode_inner, encode_inner
 from inference.backends import get_backend
-from inference.closed_form import decode_inner, encode_inner
 from zoo import get_model
 
 
