@@ -276,9 +276,10 @@ def environment(run: Run) -> dict:
 
 def smoke_fit(spec, algorithm: str, backend: str, data: dict, run: Run):
     import inference
+    from inference.tools import conformance
 
     alg = inference.get_algorithm(algorithm)
-    short = alg.short_run(run.sizes.smoke_steps)
+    short = conformance.short_run(alg, run.sizes.smoke_steps)
     short.update({k: v for k, v in SMOKE_SAMPLER.items() if k in short})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, NamedTuple
@@ -64,6 +65,10 @@ class Traits:
         The precision a fit uses when neither the caller nor the model names one.
     advice : str
         What to try when its objective turns non-finite (the model adds its own).
+    short_run : callable, optional
+        ``num_steps -> fit arguments`` of a short run of about ``num_steps`` steps (the
+        conformance suite's), where ``{"num_steps": num_steps}`` does not suit (a sampler's
+        length is set by its options).
     """
 
     stochastic: bool
@@ -76,6 +81,7 @@ class Traits:
     estimate: str = "posterior"
     dtype: str = "float64"
     advice: str = ""
+    short_run: Callable[[int], dict] | None = None
 
 
 @dataclass
@@ -114,8 +120,42 @@ class NoOptions:
 
 
 class Algorithm(ABC):
-    """One inference algorithm (see the module). Subclasses set the class attributes and
-    implement the abstract methods; the others have defaults that suit most algorithms."""
+    """One inference algorithm (see the module): the contract the layer steps it through.
+
+    An algorithm writes four methods and sets three class attributes:
+
+    * ``name``, :attr:`Options` (a frozen dataclass of its options) and :attr:`traits`;
+    * :meth:`unsupported` (which models it fits), :meth:`init` (the first state of a
+      :class:`Problem`), :meth:`step` (``state -> (new state, info)``) and :meth:`get_params`
+      (the fitted parameters of a state).
+
+    Saving and loading a state (:meth:`save_state`, :meth:`load_state`) complete the contract;
+    their defaults read and write an algorithm that defines the older ``state_dict`` and
+    ``load_state_dict``, and an algorithm that does not implements them itself.
+    :meth:`supports`, :meth:`options` and :meth:`option_names` are derived from the rest and
+    are not written.
+
+    What the layer around an algorithm reads besides is data, never a method to write:
+
+    * on its :class:`Traits`: its defaults, what it estimates, a conformance run's arguments
+      (``short_run``);
+    * on its options (optional, where the options alone decide them): ``num_steps``, a length
+      the options fix (a sampler's warm-up and draws); ``check_length(num_steps, tol)``;
+      ``ignores(spec, backend, name)``, why a given option has no effect; and
+      ``prepare_data(spec, data, seed)``, the data the fit runs on;
+    * on its state (each optional, with the default in brackets; :data:`STATE_FACTS`):
+      ``guide`` (None), ``record`` ({}: the options as a result and a checkpoint record them),
+      ``rule_start`` (0: the step from which the stopping rule may end a run), ``extendable``
+      (True: a resumed run may ask for more steps), ``lead`` (True) and ``processes`` (1: a
+      data-parallel group), ``unsaveable`` (None, else why it cannot be checkpointed),
+      ``posterior_draws`` (None, else a sampler's ``(draws, sample statistics)``) and
+      ``outside_support`` (the names of finite parameters outside their constraint);
+    * on its info record: ``progress``, what the progress bar shows after the step.
+
+    An algorithm written against the older, wider contract (a method for each of these, such
+    as ``guide(state)`` or ``describe(info)``) still runs: where a state or options do not say,
+    the layer calls the algorithm's method of the older name, when it has one.
+    """
 
     #: The name ``fit(..., algorithm=name)`` takes.
     name: ClassVar[str]
@@ -125,56 +165,10 @@ class Algorithm(ABC):
     Options: ClassVar[type] = NoOptions
     traits: ClassVar[Traits]
 
-    # --- what it fits ---------------------------------------------------------------------------
-
     @abstractmethod
     def unsupported(self, spec: ModelSpec) -> str | None:
         """None when the algorithm can fit ``spec``; else why not, in a sentence (read from
         what the spec declares: guides, closed-form updates, networks)."""
-
-    def supports(self, spec: ModelSpec) -> bool:
-        return self.unsupported(spec) is None
-
-    def options(self, given: dict) -> Any:
-        """The algorithm's :attr:`Options` from the options a caller gave (validated: first the
-        types the fields of :attr:`Options` are annotated with, then its ``__post_init__``)."""
-        check_types(self.Options, given, f"algorithm {self.name!r}")
-        return self.Options(**given)
-
-    def option_names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(self.Options))
-
-    def ignores(self, spec: ModelSpec, backend: str, options: Any, name: str) -> str | None:
-        """Why the option ``name`` has no effect on a fit of ``spec`` with these ``options``, or
-        None when it has one (``fit`` refuses it given; ``compare`` does not pass it to such
-        runs)."""
-        return None
-
-    def default_num_steps(self, options: Any) -> int:
-        """How many steps a fit takes when the caller names no ``num_steps``."""
-        return self.traits.num_steps
-
-    def check_length(self, options: Any, num_steps: int | None, tol: float | None) -> None:
-        """Raise ``ValueError`` when a ``num_steps`` or ``tol`` the caller gave does not suit
-        these options (a sampler's steps are fixed by its warm-up and sample counts)."""
-        return None
-
-    def rule_start(self, state) -> int:
-        """The step from which the stopping rule may end a run from ``state`` (SVI: the start
-        of the learning rate's last stage; before it, a plateau is the noise floor of a larger
-        rate, not the optimum)."""
-        return 0
-
-    def short_run(self, num_steps: int) -> dict:
-        """The ``fit`` arguments of a short run of about ``num_steps`` steps (the conformance
-        suite's)."""
-        return {"num_steps": num_steps}
-
-    def prepare_data(self, spec: ModelSpec, data, options: Any, seed: int):
-        """The data the fit runs on, from the data the caller gave (before they are checked)."""
-        return data
-
-    # --- the steps ------------------------------------------------------------------------------
 
     @abstractmethod
     def init(self, problem: Problem, options: Any) -> Any:
@@ -189,78 +183,135 @@ class Algorithm(ABC):
     def get_params(self, state) -> dict[str, np.ndarray]:
         """The fitted parameters (numpy), named as the model's guide or updates name them."""
 
-    def parameters_outside_support(self, state) -> list[str]:
-        """The names of the parameters of ``state`` that are finite but outside their
-        constraint (a positive value rounded to zero by a step that overshot); none by
-        default."""
-        return []
-
-    def describe(self, info) -> str | None:
-        """What the progress bar shows after a step with this ``info`` (None: the objective
-        per data point)."""
-        return None
-
-    # --- checkpoints and results ----------------------------------------------------------------
-
-    def unsaveable(self, state) -> str | None:
-        """Why a run from ``state`` cannot be checkpointed and resumed exactly (``fit`` refuses
-        ``checkpoint=`` with this reason before the first step), or None."""
-        return None
-
-    @abstractmethod
-    def state_dict(self, state) -> tuple[dict, dict[str, np.ndarray]]:
+    def save_state(self, state) -> tuple[dict, dict[str, np.ndarray]]:
         """``(JSON-able skeleton, arrays)`` of what a checkpoint must hold to resume ``state``."""
+        older = getattr(self, "state_dict", None)
+        if older is None:
+            raise NotImplementedError(f"algorithm {self.name!r} does not save its states")
+        return older(state)
 
-    @abstractmethod
-    def load_state_dict(self, state, skeleton: dict, arrays: dict) -> Any:
-        """``state`` with what :meth:`state_dict` saved put back (a new state)."""
+    def load_state(self, state, skeleton: dict, arrays: dict) -> Any:
+        """``state`` with what :meth:`save_state` saved put back (a new state)."""
+        older = getattr(self, "load_state_dict", None)
+        if older is None:
+            raise NotImplementedError(f"algorithm {self.name!r} does not load its states")
+        return older(state, skeleton, arrays)
 
-    def draws(self, state) -> tuple[dict, dict] | None:
-        """A sampler's ``(draws, sample statistics)`` so far, numpy arrays of shape
-        (chains, draws, ...) by site and statistic; None for an algorithm that fits an
-        approximation or a point."""
+    # --- derived: never written by an algorithm -------------------------------------------------
+
+    def supports(self, spec: ModelSpec) -> bool:
+        return self.unsupported(spec) is None
+
+    def options(self, given: dict) -> Any:
+        """The algorithm's :attr:`Options` from the options a caller gave (validated: first the
+        types the fields of :attr:`Options` are annotated with, then its ``__post_init__``)."""
+        check_types(self.Options, given, f"algorithm {self.name!r}")
+        return self.Options(**given)
+
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self.Options))
+
+
+#: What the layer reads from a state, with its value where the state does not say (see
+#: :class:`Algorithm`), and the method an algorithm of the older contract answered it with.
+STATE_FACTS = {
+    "guide": (None, "guide"),
+    "rule_start": (0, "rule_start"),
+    "extendable": (True, "extendable"),
+    "lead": (True, "lead"),
+    "processes": (1, "processes"),
+    "unsaveable": (None, "unsaveable"),
+    "posterior_draws": (None, "draws"),
+    "outside_support": ((), "parameters_outside_support"),
+}
+
+
+def state_fact(alg, state, name: str):
+    """What ``state`` says of ``name`` (:data:`STATE_FACTS`); where it does not, the answer of
+    the algorithm's method of the older contract, if it has one, else the default."""
+    if hasattr(state, name):
+        return getattr(state, name)
+    default, older = STATE_FACTS[name]
+    method = getattr(alg, older, None)
+    return method(state) if callable(method) else default
+
+
+def run_record(alg, options, state) -> dict:
+    """The options as a result and a checkpoint record them (JSON-able; a checkpoint whose
+    record differs belongs to another run): the state's ``record``, else the older contract's
+    ``record(options, state)``, else none."""
+    if hasattr(state, "record"):
+        return state.record
+    method = getattr(alg, "record", None)
+    return method(options, state) if callable(method) else {}
+
+
+def _options_hook(alg, options, name: str):
+    """The options' own ``name`` (bound), else a bound method of the older contract that took
+    the options as an argument, else None."""
+    own = getattr(options, name, None)
+    if callable(own):
+        return own
+    older = getattr(alg, {"num_steps": "default_num_steps"}.get(name, name), None)
+    if not callable(older):
         return None
+    if name == "ignores":
+        return lambda spec, backend, option: older(spec, backend, options, option)
+    if name == "prepare_data":
+        return lambda spec, data, seed: older(spec, data, options, seed)
+    return lambda *args: older(options, *args)
 
-    def summarize(self, spec: ModelSpec, raw_params: dict, config, state) -> dict:
-        """The user-facing parameters of a result (``FitResult.params``)."""
-        return spec.summarize(raw_params, config) if spec.summarize else dict(raw_params)
 
-    def record(self, options: Any, state) -> dict:
-        """The options as a result and a checkpoint record them (JSON-able); a checkpoint
-        whose record differs belongs to another run."""
-        return {}
+def default_num_steps(alg, options) -> int:
+    """How many steps a fit takes when neither the caller nor the model names a number: what
+    the options fix (``options.num_steps``), else the algorithm's default."""
+    fixed = getattr(options, "num_steps", None)
+    if fixed is None:
+        older = _options_hook(alg, options, "num_steps")
+        fixed = older() if older is not None else None
+    return alg.traits.num_steps if fixed is None else int(fixed)
 
-    def guide(self, state) -> str | None:
-        """The guide a fit from ``state`` uses, if any (``FitResult.guide``)."""
+
+def check_length(alg, options, num_steps, tol) -> None:
+    """Raise ``ValueError`` when a ``num_steps`` or ``tol`` the caller gave does not suit the
+    options (``options.check_length``: a sampler's steps are fixed by its warm-up and draws)."""
+    hook = _options_hook(alg, options, "check_length")
+    if hook is not None:
+        hook(num_steps, tol)
+
+
+def ignores(alg, spec: ModelSpec, backend: str, options, name: str) -> str | None:
+    """Why the option ``name`` has no effect on a fit of ``spec`` with these ``options``
+    (``options.ignores``), or None when it has one (``fit`` refuses it given; ``compare`` does
+    not pass it to such runs)."""
+    hook = _options_hook(alg, options, "ignores")
+    return None if hook is None else hook(spec, backend, name)
+
+
+def prepare_data(alg, spec: ModelSpec, data, options, seed: int):
+    """The data the fit runs on, from the data the caller gave (``options.prepare_data``:
+    dynamic binarization), before they are checked."""
+    hook = _options_hook(alg, options, "prepare_data")
+    return data if hook is None else hook(spec, data, seed)
+
+
+def progress_text(alg, info) -> str | None:
+    """What the progress bar shows after a step with ``info``: the record's ``progress``, else
+    the older contract's ``describe(info)``; None: the objective per data point."""
+    if hasattr(info, "progress"):
+        return info.progress
+    older = getattr(alg, "describe", None)
+    return older(info) if callable(older) else None
+
+
+def posterior_family(spec: ModelSpec, traits: Traits, guide: str | None) -> str | None:
+    """The name of a fit's posterior family for the model's ``sample_posterior``: its guide,
+    else (for closed-form updates) the updates' family; None for a sampler's draws."""
+    if traits.estimate == "draws":
         return None
-
-    def extendable(self, state) -> bool:
-        """Whether a resumed run may ask for more steps than the run it resumes (nothing in
-        the run depends on ``num_steps``)."""
-        return True
-
-    def lead(self, state) -> bool:
-        """Whether this process writes checkpoints and shows progress (the first process of a
-        data-parallel group)."""
-        return True
-
-    def processes(self, state) -> int:
-        """How many processes share each step (a data-parallel group): a checkpoint of a
-        group of another size is another run, as each process draws for its own rows."""
-        return 1
-
-    def diagnose(self, result) -> list[str]:
-        """What fails in a sampler's convergence diagnostics of ``result``, each in a phrase
-        (``fit`` warns with them); empty when all pass, and for algorithms that draw nothing."""
-        return []
-
-    def posterior_family(self, result) -> str | None:
-        """The name of the fitted posterior's family for the model's ``sample_posterior``."""
-        return result.guide
-
-    def comparable_objective(self, result, data: dict) -> float:
-        """The final objective that ``compare`` puts beside other runs' (nats, summed)."""
-        return result.objective
+    if guide is not None or spec.updates is None:
+        return guide
+    return spec.updates.posterior_family
 
 
 def check_int(name: str, value, low: int = 1) -> int:

@@ -24,8 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from inference import convergence, streaming
-from inference.algorithm import Problem
+from inference import convergence, evaluation, streaming
+from inference.algorithm import (
+    Problem,
+    check_length,
+    default_num_steps,
+    ignores,
+    posterior_family,
+    prepare_data,
+    state_fact,
+)
 from inference.backends import get_backend
 from inference.loop import (
     DEFAULT_ADVICE,
@@ -529,14 +537,14 @@ def _settings(model, data, algorithm, backend, num_steps, tol, options: dict) ->
     own, model_opts = split_options(alg, spec, options)
     given_opts = alg.options(own)
     for name in own:
-        reason = alg.ignores(spec, back.NAME, given_opts, name)
+        reason = ignores(alg, spec, back.NAME, given_opts, name)
         if reason:
             raise ValueError(reason)
     declared = declared_defaults(alg, spec, own, num_steps, tol)
     opts = alg.options({**declared["options"], **own})
-    alg.check_length(opts, num_steps, tol)
+    check_length(alg, opts, num_steps, tol)
     if num_steps is None:
-        num_steps = declared["num_steps"] or alg.default_num_steps(opts)
+        num_steps = declared["num_steps"] or default_num_steps(alg, opts)
     tol = declared["tol"] if tol is None else tol
     given = {**own, **model_opts}
     return _Settings(spec, alg, back, opts, model_opts, given, num_steps, tol, out_of_core)
@@ -580,7 +588,7 @@ def _make(settings: _Settings, data, *, device, seed, init, dtype, num_data) -> 
     if num_data is not None and not settings.out_of_core:
         raise ValueError("num_data= is for streams of minibatches; these data are in memory.")
     given = data
-    data = alg.prepare_data(spec, data, opts, int(seed))
+    data = prepare_data(alg, spec, data, opts, int(seed))
     # What the algorithm drew afresh (dynamic binarization) is fingerprinted as given.
     redrawn = [] if data is given else [k for k in data if data[k] is not given.get(k)]
     source = kept = None
@@ -646,13 +654,13 @@ class ResultMaker:
         alg, problem, validation = self.alg, self.problem, self.validation
         best = validation is not None and validation.best_params is not None
         raw = validation.best_params if best else alg.get_params(state)
-        draws, sample_stats = alg.draws(state) or (None, None)
-        return FitResult(
+        draws, sample_stats = state_fact(alg, state, "posterior_draws") or (None, None)
+        result = FitResult(
             model=problem.spec.name,
             algorithm=alg.name,
             backend=problem.backend.NAME,
             guide=self.guide,
-            params=alg.summarize(problem.spec, raw, problem.config, state),
+            params=_summary(alg, problem, raw, state, draws),
             raw_params=raw,
             config=problem.config,
             history={k: np.asarray(v) for k, v in history.items()},
@@ -665,7 +673,29 @@ class ResultMaker:
             best_step=validation.best_step if best else None,
             draws=draws,
             sample_stats=sample_stats,
+            spec=problem.spec,
+            family=posterior_family(problem.spec, alg.traits, self.guide),
         )
+        older = getattr(alg, "posterior_family", None)  # an algorithm of the older contract
+        if callable(older):
+            result.family = older(result)
+        return result
+
+
+def _summary(alg, problem: Problem, raw: dict, state, draws) -> dict:
+    """The user-facing parameters of a result (``FitResult.params``): a sampler's posterior
+    means of the model's draws (``sample_posterior``'s names), else the model's summary of the
+    raw parameters; an algorithm of the older contract with its own ``summarize`` is asked."""
+    spec, config = problem.spec, problem.config
+    older = getattr(alg, "summarize", None)
+    if callable(older):
+        return older(spec, raw, config, state)
+    if draws is not None:
+        if not draws:
+            return {}
+        pooled = {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
+        return {k: v.mean(axis=0) for k, v in spec.draws_from_sites(pooled, config).items()}
+    return spec.summarize(raw, config) if spec.summarize else dict(raw)
 
 
 @dataclass(frozen=True)
@@ -685,11 +715,12 @@ def _plan(settings: _Settings, made: _Made, state, checkpointing, stopping) -> _
     """The run planned from its first state: a checkpoint refused for a state that cannot be
     resumed exactly, the checkpoint header, the result maker and the validation."""
     alg, problem = settings.alg, made.problem
-    if checkpointing.path is not None and alg.unsaveable(state):
-        raise ValueError(alg.unsaveable(state))
-    guide = alg.guide(state)
+    unsaveable = state_fact(alg, state, "unsaveable")
+    if checkpointing.path is not None and unsaveable:
+        raise ValueError(unsaveable)
+    guide = state_fact(alg, state, "guide")
     record = checkpoint_header.options_record(alg, settings.options, state, problem)
-    lead = alg.lead(state)
+    lead = state_fact(alg, state, "lead")
     header = checkpoint_header.header(
         alg, state, problem, record, guide=guide, redrawn=made.redrawn
     )
@@ -737,7 +768,8 @@ def _warn_unconverged(alg, spec, backend: str, result, num_steps: int, tol) -> N
         f", guide {result.guide!r})" if result.guide else ")"
     )
     if alg.traits.estimate == "draws":
-        problems = alg.diagnose(result)
+        diagnose = getattr(alg, "diagnose", convergence.draw_problems)  # older: the algorithm's
+        problems = diagnose(result)
         if problems:
             warnings.warn(
                 f"{run_name}: the chains have not converged: {'; '.join(problems)}. Run more "
@@ -764,8 +796,9 @@ def _warn_unconverged(alg, spec, backend: str, result, num_steps: int, tol) -> N
 
 def _validation(settings: _Settings, problem, state, results, stopping) -> tuple:
     """The held-out data checked and scored once, and the :class:`Validation` that scores them
-    every so many steps; returns ``(validation, the held-out data as validated)``. ``results``
-    makes results from the current state (never the best so far) to score."""
+    every so many steps; returns ``(validation, the held-out data as validated)``. A state is
+    scored from its own parameters (never the best so far) under the guide ``results`` names,
+    without making a result of it."""
     spec, alg, every = settings.spec, settings.alg, stopping.every
     if every is None:  # an epoch of minibatches, else 100 steps
         batch_size = getattr(settings.options, "batch_size", None)
@@ -777,7 +810,12 @@ def _validation(settings: _Settings, problem, state, results, stopping) -> tuple
     def validation_elbo(state, rows=None) -> float:
         """Per-point ELBO of the held-out data; one draw per point, the same each time."""
         scored = held_out if rows is None else {k: v[:rows] for k, v in held_out.items()}
-        return float(np.mean(results(state, {"time": []}, False).elbo(scored)))
+        fit = evaluation.Fitted(
+            spec, problem.backend.NAME, problem.config, problem.dtype, results.guide,
+            alg.get_params(state),
+        )  # fmt: skip
+        evaluation.check_guide(fit, alg.name, "elbo")
+        return float(np.mean(evaluation.importance_statistics(fit, scored, 1)[0]))
 
     try:  # one row now, rather than a failure at the first evaluation, steps later
         validation_elbo(state, rows=1)

@@ -114,3 +114,21 @@ def nuts_problems(summary, divergences: int, num_chains: int) -> list[str]:
     if divergences:
         problems.append(f"{divergences} divergent transitions after warm-up")
     return problems
+
+
+def draw_problems(result) -> list[str]:
+    """What fails in the convergence diagnostics of a sampler's ``result`` (ArviZ's
+    ``az.summary``, read by :func:`nuts_problems`), each in a phrase; empty when all pass, and
+    for a result without draws."""
+    if not result.draws:
+        return []
+    import warnings
+
+    import arviz as az
+
+    with warnings.catch_warnings():  # r-hat of one chain, ESS of a constant: NaN, said here
+        warnings.simplefilter("ignore")
+        summary = az.summary(result.to_arviz(), kind="diagnostics")
+    divergences = int(np.sum(result.sample_stats.get("diverging", 0)))
+    num_chains = next(iter(result.draws.values())).shape[0]
+    return nuts_problems(summary, divergences, num_chains)

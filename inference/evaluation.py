@@ -14,10 +14,11 @@ memory stays bounded for any ``S`` and ``N``.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 
 from inference.backends import get_backend
-from zoo import get_model
 
 #: Rows x particles evaluated at once; bounds memory at about this many network evaluations.
 CHUNK_ELEMENTS = 50_000
@@ -51,24 +52,53 @@ def _weight_function(spec, guide, back, config, device, dtype, config_key):
     return _WEIGHT_FUNCTIONS[key]
 
 
-def importance_statistics(result, data: dict, num_samples: int, seed: int = 0, device="cpu"):
+class Fitted(NamedTuple):
+    """What scoring data under a fitted guide needs: a state's parameters with its model, and no
+    more (no result, no history). ``dtype``: the precision the fit ran in."""
+
+    spec: Any
+    backend: str
+    config: Any
+    dtype: str
+    guide: str | None
+    raw_params: dict
+
+
+def fitted(result) -> Fitted:
+    """What scoring needs, of a :class:`~inference.FitResult`."""
+    dtype = result.options.get("dtype", result.spec.dtype or "float64")
+    return Fitted(
+        result.spec, result.backend, result.config, dtype, result.guide, result.raw_params
+    )
+
+
+def check_guide(fit: Fitted, algorithm: str, method: str) -> None:
+    """A fit without a guide cannot score data under one."""
+    if fit.guide is None:
+        raise ValueError(
+            f"{method}() scores new data under the fitted guide, and a fit by "
+            f"{algorithm!r} has none; use log_marginal_likelihood()."
+        )
+
+
+def importance_statistics(fit: Fitted, data: dict, num_samples: int, seed: int = 0, device="cpu"):
     """``(elbo, log_marginal)``: two (N,) arrays in nats for the rows of ``data``.
 
-    ``result`` is a fitted :class:`~inference.FitResult` of a local-latent model; its guide is the
+    ``fit`` is what a fit of a local-latent model gives (:class:`Fitted`); its guide is the
     proposal. Deterministic given ``seed``.
     """
     num_samples = check_num_samples(num_samples)
-    spec = get_model(result.model)
-    back = get_backend(result.backend)
+    spec = fit.spec
+    back = get_backend(fit.backend)
     data = spec.validate_data(data)
     if spec.check_data is not None:
-        spec.check_data(data, result.config)
+        spec.check_data(data, fit.config)
     device = back.resolve_device(device)
-    dtype = result.options.get("dtype", spec.dtype or "float64")
-    config = back.backend_config(result.config, device, dtype)
-    config_key = repr(result.config)
-    weights = _weight_function(spec, result.guide, back, config, device, dtype, config_key)
-    params = back.as_params(result.raw_params, device, dtype)
+    dtype = fit.dtype
+    config = back.backend_config(fit.config, device, dtype)
+    config_key = repr(fit.config)
+    weights = _weight_function(spec, fit.guide, back, config, device, dtype, config_key)
+    params = back.as_params(fit.raw_params, device, dtype)
 
     num_data = len(next(iter(data.values())))
     rows_per_chunk = max(1, min(num_data, CHUNK_ELEMENTS // min(num_samples, CHUNK_ELEMENTS)))

@@ -18,6 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference import convergence
+from inference.algorithm import progress_text, state_fact
 from inference.backends import tree_codec
 from inference.persistence import checkpoint
 from inference.streaming import DataError
@@ -143,13 +144,12 @@ NUMERICAL_ERRORS = (ValueError, ArithmeticError, RuntimeError)
 
 def nonfinite_parameters(alg, state) -> list[str]:
     """The names of the parameters of ``state`` that hold NaN or inf, or that lie outside
-    their constraint (``Algorithm.parameters_outside_support``: a positive value rounded to
-    zero); empty when all are good, or when they cannot be read."""
+    their constraint (the state's ``outside_support``: a positive value rounded to zero); empty when all are good, or when they cannot be read."""
     try:
         params = alg.get_params(state)
     except Exception:
         return []
-    return sorted({*alg.parameters_outside_support(state), *_nonfinite_names(params)})
+    return sorted({*state_fact(alg, state, "outside_support"), *_nonfinite_names(params)})
 
 
 def _nonfinite_names(params: dict) -> list[str]:
@@ -282,7 +282,7 @@ def _differences(saved, current) -> str:
 
 
 def _save(path, header, alg, state, history, validation=None):
-    skeleton, arrays = alg.state_dict(state)
+    skeleton, arrays = alg.save_state(state)
     arrays.update({f"history/{k}": np.asarray(v) for k, v in history.items()})
     extra = {}
     if validation is not None:
@@ -296,7 +296,7 @@ def _check_arrays(path, fresh, saved) -> None:
     axes a run grows, such as a sampler's draws, any length), so that a damaged or foreign file
     is refused here, not steps later far from the cause."""
     expected = tree_codec.leaves(*fresh)
-    if expected is None:  # a layout only the algorithm's own load_state_dict can read
+    if expected is None:  # a layout only the algorithm's own load_state can read
         return
     found = tree_codec.leaves(*saved, partial=True)
     for place, like in expected.items():
@@ -377,9 +377,9 @@ def restore(path, header, alg, state, validation=None):
     }
     if validation is not None and "validation" in saved:
         validation.load_state_dict(saved["validation"], arrays)
-    _check_arrays(path, alg.state_dict(state), (saved["state"], arrays))
+    _check_arrays(path, alg.save_state(state), (saved["state"], arrays))
     try:
-        state = alg.load_state_dict(state, saved["state"], arrays)
+        state = alg.load_state(state, saved["state"], arrays)
     except (KeyError, ValueError) as err:
         raise checkpoint.CheckpointError(
             f"Checkpoint {path!r} does not fit this run: {err}"
@@ -493,7 +493,7 @@ class _Run:
             count_first_step(bar, step + 1)
         else:
             bar.update(1)
-        described = self.alg.describe(info) if progress else None
+        described = progress_text(self.alg, info) if progress else None
         if described:
             bar.set_postfix_str(described, refresh=False)
         elif progress and (step % 25 == 0 or step + 1 == self.length.num_steps):
@@ -518,7 +518,7 @@ class _Run:
             history["objective"],
             self.length.tol,
             self.length.num_data,
-            alg.rule_start(state) if alg.traits.stochastic else 0,
+            state_fact(alg, state, "rule_start") if alg.traits.stochastic else 0,
         ):
             self.stopped, self.converged = "converged", True
 

@@ -9,8 +9,16 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
+from inference.algorithm import posterior_family
 from inference.backends import get_backend
-from inference.evaluation import LogSumExp, check_num_samples, chunk_seed, importance_statistics
+from inference.evaluation import (
+    LogSumExp,
+    check_guide,
+    check_num_samples,
+    chunk_seed,
+    fitted,
+    importance_statistics,
+)
 from inference.persistence import checkpoint, saved_fit
 from inference.registry import get_algorithm
 from zoo import get_model, memory
@@ -71,6 +79,11 @@ class FitResult:
     sample_stats : dict of str to ndarray or None
         A sampler's statistics per draw (``diverging``, ``step_size``, ...), shaped (chains,
         draws).
+    spec : ModelSpec
+        The fitted model's spec, kept from the fit (or found by ``model`` when not given).
+    family : str or None
+        The fitted posterior's family as the model's ``sample_posterior`` names it, decided
+        when the fit was made (see :attr:`guide_family`).
 
     Examples
     --------
@@ -117,6 +130,12 @@ class FitResult:
     # A sampler's draws of the model's latent sites and its statistics, (chains, draws, ...).
     draws: dict[str, np.ndarray] | None = field(default=None, repr=False)
     sample_stats: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    spec: Any = field(default=None, repr=False, compare=False)
+    family: str | None = None
+
+    def __post_init__(self):
+        if self.spec is None:  # a result made by hand: its model by name
+            self.spec = get_model(self.model)
 
     @property
     def objective(self) -> float:
@@ -221,7 +240,7 @@ class FitResult:
         array([0.75, 0.25])
         """
         num_samples = check_num_samples(num_samples)
-        spec = get_model(self.model)
+        spec = self.spec
         if self.draws is not None:
             return spec.draws_from_sites(_thinned(_pooled(self.draws), num_samples), self.config)
         if spec.sample_posterior is None:
@@ -240,7 +259,7 @@ class FitResult:
 
     def _draw(self, num_samples: int, rng) -> dict[str, np.ndarray]:
         """``num_samples`` fresh draws from the fitted posterior (``spec.sample_posterior``)."""
-        return get_model(self.model).sample_posterior(
+        return self.spec.sample_posterior(
             self.raw_params, self.config, self.guide_family, rng, num_samples
         )
 
@@ -269,18 +288,11 @@ class FitResult:
         >>> res.guide is None, res.guide_family
         (True, 'cavi')
         """
-        return get_algorithm(self.algorithm).posterior_family(self)
-
-    def _check_guide(self, method: str) -> None:
-        if self.guide is None:
-            raise ValueError(
-                f"{method}() scores new data under the fitted guide, and a fit by "
-                f"{self.algorithm!r} has none; use log_marginal_likelihood()."
-            )
+        return self.guide if self.family is None else self.family
 
     def _checked(self, data) -> dict:
         """New data, checked as training data are and against the fitted model (its width)."""
-        spec = get_model(self.model)
+        spec = self.spec
         data = spec.validate_data(_as_dict(spec, data))
         if spec.check_data is not None:
             spec.check_data(data, self.config)
@@ -331,7 +343,7 @@ class FitResult:
     def _pointwise(self, data: dict, num_samples: int, seed: int) -> np.ndarray:
         """:meth:`pointwise_log_likelihood` of checked ``data``, refused up front when the
         draws and their (S, N) log-likelihoods cannot fit in memory."""
-        spec = get_model(self.model)
+        spec = self.spec
         if spec.sample_posterior is not None or self.draws is not None:
             per_draw = self._scoring_bytes_per_draw(_num_rows(data))
             memory.check_fits(
@@ -401,9 +413,9 @@ class FitResult:
         array([-4.37, -4.99, -3.45])
         """
         num_samples = check_num_samples(num_samples)
-        if get_model(self.model).sample_posterior is None:
-            data = _as_dict(get_model(self.model), x)
-            return importance_statistics(self, data, num_samples, seed, device)[1]
+        if self.spec.sample_posterior is None:
+            data = _as_dict(self.spec, x)
+            return importance_statistics(fitted(self), data, num_samples, seed, device)[1]
         # Mixtures are scored in numpy, on the CPU; a device that is not there is still an error.
         get_backend(self.backend).resolve_device(device)
         data = self._checked(x)
@@ -413,7 +425,7 @@ class FitResult:
             return logsumexp(ll, axis=0) - np.log(ll.shape[0])
         log_sum, count = LogSumExp(), 0
         for draws in self._posterior_in_chunks(num_samples, seed, size):
-            ll = get_model(self.model).log_likelihood(draws, data)
+            ll = self.spec.log_likelihood(draws, data)
             log_sum.add(ll)
             count += ll.shape[0]
         return log_sum.value() - np.log(count)
@@ -479,9 +491,9 @@ class FitResult:
         >>> elbo.round(1), log_p.round(1)
         (array([-44.1, -43.7, -43.5]), array([-43.9, -43.5, -43.5]))
         """
-        self._check_guide("elbo")
-        data = _as_dict(get_model(self.model), x)
-        return importance_statistics(self, data, num_samples, seed, device)[0]
+        check_guide(fitted(self), self.algorithm, "elbo")
+        data = _as_dict(self.spec, x)
+        return importance_statistics(fitted(self), data, num_samples, seed, device)[0]
 
     def to_arviz(self, num_samples: int = 1000, seed: int = 0, data=None):
         """Posterior draws as ``arviz.InferenceData``, with the pointwise log-likelihood of
@@ -533,7 +545,7 @@ class FitResult:
         """
         import arviz as az
 
-        spec = get_model(self.model)
+        spec = self.spec
         kwargs = {}
         if self.draws is not None:
             chains, per_chain = next(iter(self.draws.values())).shape[:2]
@@ -616,6 +628,7 @@ class FitResult:
             "seed": self.seed,
             "options": self.options,
             "best_step": self.best_step,
+            "family": self.family,
             "config": config_scalars,
             "arrays": saved_fit.manifest(arrays),
         }
@@ -767,4 +780,14 @@ def load(path) -> FitResult:
         best_step=header.get("best_step"),
         draws=draws or None,
         sample_stats=group("sample_stats") or None,
+        spec=spec,
+        # Files written before the family was recorded: the family their fit decided.
+        family=header["family"] if "family" in header else _family(spec, alg, header["guide"]),
     )
+
+
+def _family(spec, alg, guide):
+    """The posterior family of a saved fit that did not record it, as its fit decided it."""
+    if alg is None:  # a plugin's algorithm that is not installed
+        return guide
+    return posterior_family(spec, alg.traits, guide)

@@ -18,7 +18,6 @@ import numpy as np
 
 from inference.algorithm import Algorithm, Info, Problem, Traits
 from inference.backends import tree_codec
-from zoo import get_model
 
 
 @dataclass(frozen=True)
@@ -67,15 +66,12 @@ class _ClosedForm(Algorithm):
         raw = state.problem.spec.updates.raw_params(state.inner, state.cache, backend.ops)
         return {k: backend.to_numpy(v) for k, v in raw.items()}
 
-    def state_dict(self, state: ClosedFormState):
+    def save_state(self, state: ClosedFormState):
         return encode_inner(state.problem, state.inner, state.step)
 
-    def load_state_dict(self, state: ClosedFormState, skeleton, arrays) -> ClosedFormState:
+    def load_state(self, state: ClosedFormState, skeleton, arrays) -> ClosedFormState:
         inner = decode_inner(state.problem, skeleton, arrays)
         return dataclasses.replace(state, inner=inner, step=int(skeleton["step"]))
-
-    def posterior_family(self, result) -> str:
-        return get_model(result.model).updates.posterior_family
 
 
 class CAVI(_ClosedForm):

@@ -25,13 +25,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from inference import convergence
 from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
 from inference.algorithms.closed_form import start_values
 
@@ -91,6 +89,29 @@ class NUTSOptions:
     def num_iterations(self) -> int:
         return self.num_warmup + self.num_draws
 
+    @property
+    def num_steps(self) -> int:
+        """The run's length, which these options fix: a chunk of iterations per step."""
+        return math.ceil(self.num_iterations / self.chunk_size)
+
+    def check_length(self, num_steps, tol) -> None:
+        if tol:
+            raise ValueError(
+                f"tol={tol!r} would stop sampling early; NUTS runs num_warmup + num_draws "
+                "iterations per chain."
+            )
+        if num_steps is not None and num_steps != self.num_steps:
+            raise ValueError(
+                "NUTS runs num_warmup + num_draws iterations per chain; set those "
+                f"(num_warmup={self.num_warmup}, num_draws={self.num_draws}) "
+                f"instead of num_steps={num_steps}."
+            )
+
+    def ignores(self, spec, backend: str, name: str) -> str | None:
+        if name == "chain_method" and backend == "pyro" and self.chain_method != "sequential":
+            return "chain_method= is NumPyro's; Pyro's chains run one after another."
+        return None
+
 
 class NUTSInfo(NamedTuple):
     """A chunk's report. ``objective``: the log joint density (unconstrained, Jacobian
@@ -102,6 +123,13 @@ class NUTSInfo(NamedTuple):
     divergences: int  # divergent transitions after the warm-up so far, all chains
     step_size: float  # mean over chains
 
+    @property
+    def progress(self) -> str:
+        return (
+            f"{self.phase}, accept={self.acceptance_rate:.2f}, step={self.step_size:.3g}, "
+            f"divergences={self.divergences}"
+        )
+
 
 @dataclass(frozen=True)
 class NUTSState:
@@ -112,6 +140,19 @@ class NUTSState:
     iteration: int = 0  # iterations done per chain
     draws: tuple = ()  # per chunk after the warm-up: {site: (chains, n, ...)}
     stats: tuple = ()  # per chunk after the warm-up: {statistic: (chains, n)}
+
+    @property
+    def posterior_draws(self) -> tuple[dict, dict]:
+        """``(sites, stats)``: the kept draws and their statistics, (chains, draws, ...)."""
+        return _concatenate(self.draws), _concatenate(self.stats)
+
+    @property
+    def unsaveable(self) -> str | None:
+        return self.engine.UNSAVEABLE
+
+    @property
+    def record(self) -> dict:
+        return dataclasses.asdict(self.options)
 
 
 def _concatenate(chunks: tuple) -> dict[str, np.ndarray]:
@@ -138,6 +179,14 @@ def _why_not_sampled(spec) -> str:
     return "it does not declare how its sampled sites read as draws"
 
 
+def _short_run(num_steps: int) -> dict:
+    """The options of a conformance run of about ``num_steps`` steps. Shallow trees: early
+    warm-up picks poor step sizes, and a check of the contract does not need the 1,023 leapfrog
+    steps a depth-10 tree may take per iteration."""
+    length = max(num_steps // 4, 5)  # an iteration is a whole trajectory, not one step
+    return {"num_chains": 2, "num_warmup": length, "num_draws": length, "max_tree_depth": 4}
+
+
 class NUTSAlgorithm(Algorithm):
     name = "nuts"
     Options = NUTSOptions
@@ -150,6 +199,7 @@ class NUTSAlgorithm(Algorithm):
         must_improve=False,
         estimate="draws",
         advice="Raise target_accept_prob, or use float64.",
+        short_run=_short_run,
     )
 
     def unsupported(self, spec) -> str | None:
@@ -160,41 +210,6 @@ class NUTSAlgorithm(Algorithm):
                 "(ModelSpec.draws_from_sites)"
             )
         return None
-
-    def default_num_steps(self, options: NUTSOptions) -> int:
-        return math.ceil(options.num_iterations / options.chunk_size)
-
-    def check_length(self, options: NUTSOptions, num_steps, tol) -> None:
-        if tol:
-            raise ValueError(
-                f"tol={tol!r} would stop sampling early; NUTS runs num_warmup + num_draws "
-                "iterations per chain."
-            )
-        if num_steps is not None and num_steps != self.default_num_steps(options):
-            raise ValueError(
-                "NUTS runs num_warmup + num_draws iterations per chain; set those "
-                f"(num_warmup={options.num_warmup}, num_draws={options.num_draws}) "
-                f"instead of num_steps={num_steps}."
-            )
-
-    def short_run(self, num_steps: int) -> dict:
-        # Shallow trees: early warm-up picks poor step sizes, and a check of the contract does
-        # not need the 1,023 leapfrog steps a depth-10 tree may take per iteration.
-        length = max(num_steps // 4, 5)  # an iteration is a whole trajectory, not one step
-        return {
-            "num_chains": 2,
-            "num_warmup": length,
-            "num_draws": length,
-            "max_tree_depth": 4,
-        }
-
-    def ignores(self, spec, backend: str, options: NUTSOptions, name: str) -> str | None:
-        if name == "chain_method" and backend == "pyro" and options.chain_method != "sequential":
-            return "chain_method= is NumPyro's; Pyro's chains run one after another."
-        return None
-
-    def unsaveable(self, state: NUTSState) -> str | None:
-        return state.engine.UNSAVEABLE
 
     def init(self, problem: Problem, options: NUTSOptions) -> NUTSState:
         spec, back = problem.spec, problem.backend
@@ -251,59 +266,20 @@ class NUTSAlgorithm(Algorithm):
         )
         return new, info
 
-    def describe(self, info: NUTSInfo) -> str:
-        return (
-            f"{info.phase}, accept={info.acceptance_rate:.2f}, step={info.step_size:.3g}, "
-            f"divergences={info.divergences}"
-        )
-
     def get_params(self, state: NUTSState) -> dict[str, np.ndarray]:
         """The posterior means of the sampled sites (over chains and draws)."""
-        return {k: v.mean(axis=(0, 1)) for k, v in self.draws(state)[0].items()}
+        return {k: v.mean(axis=(0, 1)) for k, v in state.posterior_draws[0].items()}
 
-    def draws(self, state: NUTSState) -> tuple[dict, dict]:
-        """``(sites, stats)``: the kept draws and their statistics, (chains, draws, ...)."""
-        return _concatenate(state.draws), _concatenate(state.stats)
-
-    def summarize(self, spec, raw_params, config, state: NUTSState) -> dict:
-        """The posterior means of the model's draws (``sample_posterior``'s names)."""
-        sites = self.draws(state)[0]
-        if not sites:
-            return {}
-        pooled = {k: v.reshape(-1, *v.shape[2:]) for k, v in sites.items()}
-        return {k: v.mean(axis=0) for k, v in spec.draws_from_sites(pooled, config).items()}
-
-    def record(self, options: NUTSOptions, state) -> dict:
-        return dataclasses.asdict(options)
-
-    def posterior_family(self, result) -> str | None:
-        return None
-
-    def diagnose(self, result) -> list[str]:
-        """ArviZ's diagnostics of the draws (``az.summary``): r-hat above 1.01, bulk ESS below
-        100 per chain, divergences after warm-up (``inference.convergence.nuts_problems``)."""
-        if not result.draws:
-            return []
-        import arviz as az
-
-        with warnings.catch_warnings():  # r-hat of one chain, ESS of a constant: NaN, said here
-            warnings.simplefilter("ignore")
-            summary = az.summary(result.to_arviz(), kind="diagnostics")
-        divergences = int(np.sum(result.sample_stats.get("diverging", 0)))
-        num_chains = next(iter(result.draws.values())).shape[0]
-        return convergence.nuts_problems(summary, divergences, num_chains)
-
-    def state_dict(self, state: NUTSState) -> tuple[dict, dict[str, np.ndarray]]:
-        why = self.unsaveable(state)
-        if why:
-            raise ValueError(why)
+    def save_state(self, state: NUTSState) -> tuple[dict, dict[str, np.ndarray]]:
+        if state.unsaveable:
+            raise ValueError(state.unsaveable)
         arrays = {f"chains/{k}": v for k, v in state.engine.state_arrays(state.chains).items()}
-        sites, stats = self.draws(state)
+        sites, stats = state.posterior_draws
         arrays.update({f"draws/{k}": v for k, v in sites.items()})
         arrays.update({f"stats/{k}": v for k, v in stats.items()})
         return {"iteration": state.iteration}, arrays
 
-    def load_state_dict(self, state: NUTSState, skeleton: dict, arrays: dict) -> NUTSState:
+    def load_state(self, state: NUTSState, skeleton: dict, arrays: dict) -> NUTSState:
         def group(prefix):
             return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
 
@@ -316,6 +292,3 @@ class NUTSAlgorithm(Algorithm):
             draws=(sites,) if sites else (),
             stats=(stats,) if stats else (),
         )
-
-    def comparable_objective(self, result, data: dict) -> float:
-        return float("nan")  # a sampler ascends nothing

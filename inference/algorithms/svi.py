@@ -42,7 +42,6 @@ from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_
 from inference.algorithms.closed_form import start_values
 from inference.backends import get_backend
 from inference.minibatch import EpochBatches, binarize, check_grey_levels
-from zoo import get_model
 from zoo.memory import available_memory, check_fits
 
 #: The objectives SVI maximises (``elbo=``). ``"trace"``: the Monte-Carlo ELBO; ``"meanfield"``:
@@ -129,6 +128,63 @@ class SVIOptions:
         ):
             raise TypeError(f"batch_size must be an int; got {type(self.batch_size).__name__}.")
 
+    def ignores(self, spec, backend: str, name: str) -> str | None:
+        """The temperature anneals a relaxed guide only; an enumerated guide has its own
+        objective (TraceEnum_ELBO); a guide that draws nothing at random (a deterministic one:
+        point masses and enumerated discrete sites) has an exact ELBO, which more particles or
+        another estimator do not change; and an importance-weighted bound of one particle is the
+        ELBO itself."""
+        guide = self.guide or spec.guides[0]
+        kind = spec.guide_kind(guide, backend)
+        if name == "temperature" and not kind.relaxed:
+            return (
+                "temperature= anneals a relaxed (Gumbel-softmax) guide; guide "
+                f"{guide!r} does not use it."
+            )
+        enumerated, deterministic = kind.enumerated, kind.deterministic
+        if name == "elbo" and self.elbo != "meanfield" and kind.closed_form_kl:
+            return (
+                f"elbo={self.elbo!r} does not apply to guide {guide!r}, which is always "
+                "fitted with the mean-field ELBO (elbo='meanfield': the closed-form KL between "
+                "the categoricals of z)."
+            )
+        if name == "num_particles" and deterministic:
+            return (
+                f"num_particles= averages Monte-Carlo draws of the guide; guide {guide!r} of "
+                f"model {spec.name!r} draws nothing at random (point masses, discrete latents "
+                "summed out), so its ELBO is exact with one particle."
+            )
+        if name == "elbo" and self.elbo != "trace" and (enumerated or deterministic):
+            how = (
+                "sums the discrete latents out exactly (TraceEnum_ELBO)"
+                if enumerated
+                else "draws nothing at random, so its ELBO is exact"
+            )
+            return (
+                f"elbo={self.elbo!r} does not apply to guide {guide!r}, which {how}; of the "
+                f"values {list(ELBOS)}, only the default 'trace' applies to it."
+            )
+        if name == "elbo" and self.elbo == "iwae" and self.num_particles < 2:
+            return (
+                "elbo='iwae' with num_particles=1 is the ordinary ELBO (one importance sample); "
+                "give num_particles >= 2 for an importance-weighted bound, or elbo='trace'."
+            )
+        return None
+
+    def prepare_data(self, spec, data, seed: int):
+        """Dynamic binarization: the grey levels become the first epoch's draw, before the data
+        checks (which, for a Bernoulli likelihood, want 0s and 1s)."""
+        if not self.dynamic_binarization:
+            return data
+        keys = _binary_keys(spec)
+        in_memory = isinstance(data, Mapping) and not streaming.is_out_of_core(data)
+        if not keys or not in_memory or not all(k in data for k in keys):
+            raise ValueError(
+                "dynamic_binarization=True needs data in memory whose binary keys "
+                f"({keys or 'none in this model'}) hold grey levels."
+            )
+        return {**data, **{k: binarize(check_grey_levels(data[k]), seed, 0) for k in keys}}
+
 
 def check_temperature(temperature) -> tuple[float, float]:
     """``temperature``: a pair ``(start, end)`` of positive floats (a relaxed guide's schedule)."""
@@ -173,6 +229,26 @@ class SVIState:
     shard: tuple[int, int] | None = None  # Pyro data-parallel: (rank, world size)
     step: int = 0
     rule_start: int = 0  # the first step of the learning rate's last stage
+    record: dict = dataclasses.field(default_factory=dict)  # the options as a result records them
+
+    @property
+    def extendable(self) -> bool:
+        """Whether nothing in the run depends on ``num_steps`` (no temperature spread over it, no
+        stream sized by it), so a resumed run may go on for more steps than it first asked for
+        and match an uninterrupted run of the new length."""
+        return not self.schedule_spans_steps and self.problem.source is None
+
+    @property
+    def processes(self) -> int:
+        return 1 if self.shard is None else int(self.shard[1])
+
+    @property
+    def lead(self) -> bool:
+        return self.shard is None or self.shard[0] == 0
+
+    @property
+    def outside_support(self) -> list[str]:
+        return self.engine.params_outside_support(self.params)
 
 
 def _check_enumerable(backend: str, config, guide: str) -> None:
@@ -215,74 +291,10 @@ class SVI(Algorithm):
         advice="Lower the learning rate.",
     )
 
-    def rule_start(self, state: SVIState) -> int:
-        """The start of the learning rate's last stage (0 for a constant rate)."""
-        return state.rule_start
-
     def unsupported(self, spec) -> str | None:
         if not spec.guides:
             return f"model {spec.name!r} offers no guides (ModelSpec.guides)"
         return None
-
-    def guide(self, state: SVIState) -> str | None:
-        return state.guide
-
-    def ignores(self, spec, backend: str, options: SVIOptions, name: str) -> str | None:
-        """The temperature anneals a relaxed guide only; an enumerated guide has its own
-        objective (TraceEnum_ELBO); a guide that draws nothing at random (a deterministic one:
-        point masses and enumerated discrete sites) has an exact ELBO, which more particles or
-        another estimator do not change; and an importance-weighted bound of one particle is the
-        ELBO itself."""
-        guide = options.guide or spec.guides[0]
-        kind = spec.guide_kind(guide, backend)
-        if name == "temperature" and not kind.relaxed:
-            return (
-                "temperature= anneals a relaxed (Gumbel-softmax) guide; guide "
-                f"{guide!r} does not use it."
-            )
-        enumerated, deterministic = kind.enumerated, kind.deterministic
-        if name == "elbo" and options.elbo != "meanfield" and kind.closed_form_kl:
-            return (
-                f"elbo={options.elbo!r} does not apply to guide {guide!r}, which is always "
-                "fitted with the mean-field ELBO (elbo='meanfield': the closed-form KL between "
-                "the categoricals of z)."
-            )
-        if name == "num_particles" and deterministic:
-            return (
-                f"num_particles= averages Monte-Carlo draws of the guide; guide {guide!r} of "
-                f"model {spec.name!r} draws nothing at random (point masses, discrete latents "
-                "summed out), so its ELBO is exact with one particle."
-            )
-        if name == "elbo" and options.elbo != "trace" and (enumerated or deterministic):
-            how = (
-                "sums the discrete latents out exactly (TraceEnum_ELBO)"
-                if enumerated
-                else "draws nothing at random, so its ELBO is exact"
-            )
-            return (
-                f"elbo={options.elbo!r} does not apply to guide {guide!r}, which {how}; of the "
-                f"values {list(ELBOS)}, only the default 'trace' applies to it."
-            )
-        if name == "elbo" and options.elbo == "iwae" and options.num_particles < 2:
-            return (
-                "elbo='iwae' with num_particles=1 is the ordinary ELBO (one importance sample); "
-                "give num_particles >= 2 for an importance-weighted bound, or elbo='trace'."
-            )
-        return None
-
-    def prepare_data(self, spec, data, options: SVIOptions, seed: int):
-        """Dynamic binarization: the grey levels become the first epoch's draw, before the data
-        checks (which, for a Bernoulli likelihood, want 0s and 1s)."""
-        if not options.dynamic_binarization:
-            return data
-        keys = _binary_keys(spec)
-        in_memory = isinstance(data, Mapping) and not streaming.is_out_of_core(data)
-        if not keys or not in_memory or not all(k in data for k in keys):
-            raise ValueError(
-                "dynamic_binarization=True needs data in memory whose binary keys "
-                f"({keys or 'none in this model'}) hold grey levels."
-            )
-        return {**data, **{k: binarize(check_grey_levels(data[k]), seed, 0) for k in keys}}
 
     # Longer than the layer's other functions, and kept whole: one pass from the options to an
     # engine, in which each choice (guide, temperature schedule, minibatches, data-parallel
@@ -380,6 +392,7 @@ class SVI(Algorithm):
             grey=grey,
             shard=shard,
             rule_start=settled,
+            record=_record(options, problem, guide),
         )
 
     def _start_values(self, problem, init) -> dict[str, np.ndarray] | None:
@@ -445,56 +458,33 @@ class SVI(Algorithm):
     def get_params(self, state: SVIState) -> dict[str, np.ndarray]:
         return state.engine.params(state.params)
 
-    def parameters_outside_support(self, state: SVIState) -> list[str]:
-        return state.engine.params_outside_support(state.params)
-
-    def state_dict(self, state: SVIState):
+    def save_state(self, state: SVIState):
         skeleton, arrays = state.engine.state_dict(state.params)
         return {"engine": skeleton, "step": state.step}, arrays  # the step sets the temperature
 
-    def load_state_dict(self, state: SVIState, skeleton, arrays) -> SVIState:
+    def load_state(self, state: SVIState, skeleton, arrays) -> SVIState:
         params = state.engine.load_state_dict(state.params, skeleton["engine"], arrays)
         return dataclasses.replace(state, params=params, step=int(skeleton["step"]))
 
-    def record(self, options: SVIOptions, state: SVIState) -> dict:
-        out = {
-            "lr": learning_rate.record(options.lr),
-            "num_particles": int(options.num_particles),
-            "temperature": list(options.temperature),
-            "batch_size": options.batch_size,
-            "elbo": _objective(
-                state.problem.spec.guide_kind(state.guide, state.problem.backend.NAME),
-                options.elbo,
-            ),
-            "guide": state.guide,
-            "num_steps": state.problem.num_steps,
-            "dynamic_binarization": bool(options.dynamic_binarization),
-        }
-        # Recorded only when on, so checkpoints written before these options still resume.
-        if options.jit:
-            out["jit"] = True
-        if options.data_parallel:
-            out["data_parallel"] = True
-        return out
 
-    def extendable(self, state: SVIState) -> bool:
-        """Whether nothing in the run depends on ``num_steps`` (no temperature spread over it, no
-        stream sized by it), so a resumed run may go on for more steps than it first asked for
-        and match an uninterrupted run of the new length."""
-        return not state.schedule_spans_steps and state.problem.source is None
-
-    def processes(self, state: SVIState) -> int:
-        return 1 if state.shard is None else int(state.shard[1])
-
-    def lead(self, state: SVIState) -> bool:
-        return state.shard is None or state.shard[0] == 0
-
-    def comparable_objective(self, result, data) -> float:
-        """A 100-draw ELBO: with ``z`` enumerated for models that have an enumerated guide (so
-        relaxed and enumerated runs compare), else of the run's own guide."""
-        if _enumerated_guide(get_model(result.model), result.backend) is not None:
-            return enumerated_elbo(result, data, num_particles=100, seed=result.seed)
-        return fresh_elbo(result, data, num_particles=100)
+def _record(options: SVIOptions, problem: Problem, guide: str) -> dict:
+    """The options as a result and a checkpoint record them."""
+    out = {
+        "lr": learning_rate.record(options.lr),
+        "num_particles": int(options.num_particles),
+        "temperature": list(options.temperature),
+        "batch_size": options.batch_size,
+        "elbo": _objective(problem.spec.guide_kind(guide, problem.backend.NAME), options.elbo),
+        "guide": guide,
+        "num_steps": problem.num_steps,
+        "dynamic_binarization": bool(options.dynamic_binarization),
+    }
+    # Recorded only when on, so checkpoints written before these options still resume.
+    if options.jit:
+        out["jit"] = True
+    if options.data_parallel:
+        out["data_parallel"] = True
+    return out
 
 
 def _objective(kind, elbo: str) -> str:
@@ -503,7 +493,7 @@ def _objective(kind, elbo: str) -> str:
     return "meanfield" if kind.closed_form_kl else elbo
 
 
-def _enumerated_guide(spec, backend: str) -> str | None:
+def enumerated_guide(spec, backend: str) -> str | None:
     """The model's first guide that sums its discrete latents out, if it has one."""
     return next((g for g in spec.guides if spec.guide_kind(g, backend).enumerated), None)
 
@@ -568,7 +558,7 @@ def _finite_start(init) -> dict[str, np.ndarray]:
 
 def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
     """A fresh engine (no step taken) of a fitted run's model and ``guide`` at its parameters."""
-    spec = get_model(result.model)
+    spec = result.spec
     back = get_backend(result.backend)
     device = back.resolve_device("cpu")
     dtype = result.options.get("dtype", "float64")
@@ -598,7 +588,7 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
     A Gumbel-softmax run optimises a relaxed objective; evaluating its global factors with ``z``
     enumerated (the optimal q(z) given them) puts every SVI run on the ELBO of the discrete model.
     """
-    guide = _enumerated_guide(get_model(result.model), result.backend)
+    guide = enumerated_guide(result.spec, result.backend)
     if guide is None:
         raise ValueError(f"Model {result.model!r} has no guide that sums its discrete latents out.")
     engine = _evaluation_engine(result, data, guide, "enum", seed)

@@ -32,7 +32,6 @@ from inference import streaming
 from inference.algorithm import Algorithm, Problem, Traits
 from inference.algorithms.closed_form import decode_inner, encode_inner
 from inference.backends import get_backend
-from zoo import get_model
 
 
 @dataclass(frozen=True)
@@ -75,6 +74,14 @@ class NaturalState:
     tau: float
     kappa: float
     step: int = 0
+
+    @property
+    def record(self) -> dict:
+        return {"batch_size": self.source.batch_size, "step_size": [self.tau, self.kappa]}
+
+    @property
+    def extendable(self) -> bool:
+        return False  # the stream of minibatches is sized by num_steps
 
 
 def check_step_size(step_size) -> tuple[float, float]:
@@ -169,31 +176,21 @@ class NaturalGradientSVI(Algorithm):
         raw = state.problem.spec.updates.natural_raw_params(state.inner, state.context, backend.ops)
         return {k: backend.to_numpy(v) for k, v in raw.items()}
 
-    def state_dict(self, state: NaturalState):
+    def save_state(self, state: NaturalState):
         # "shift": the name checkpoints have given the context since they were first written.
         return encode_inner(state.problem, {**state.inner, "shift": state.context}, state.step)
 
-    def load_state_dict(self, state: NaturalState, skeleton, arrays) -> NaturalState:
+    def load_state(self, state: NaturalState, skeleton, arrays) -> NaturalState:
         inner = decode_inner(state.problem, skeleton, arrays)
         context = inner.pop("shift")
         return dataclasses.replace(state, inner=inner, context=context, step=int(skeleton["step"]))
-
-    def record(self, options: NaturalOptions, state: NaturalState) -> dict:
-        tau, kappa = check_step_size(options.step_size)
-        return {"batch_size": state.source.batch_size, "step_size": [tau, kappa]}
-
-    def extendable(self, state: NaturalState) -> bool:
-        return False
-
-    def posterior_family(self, result) -> str:
-        return get_model(result.model).updates.posterior_family
 
 
 def full_elbo(result, data, backend: str | None = None, chunk: int = 100_000) -> float:
     """The exact ELBO (nats, summed over ``data``) of a fitted result of closed-form updates that
     ascend the ELBO (coordinate-ascent or natural-gradient VI), with q(z) optimal given the
     fitted global factors; ``data`` is read in chunks (a memory-mapped array is fine)."""
-    spec = get_model(result.model)
+    spec = result.spec
     back = get_backend(backend or result.backend)
     device = back.resolve_device("cpu")
     if not isinstance(data, dict):  # one array, for a model with one data key

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from inference import streaming
+from inference.algorithm import run_record, state_fact
 
 
 def config_arrays(config) -> dict:
@@ -60,7 +61,7 @@ def options_record(alg, options, state, problem) -> dict:
     init = problem.init
     return {
         "init": init if init is None or isinstance(init, str) else "array",
-        **alg.record(options, state),
+        **run_record(alg, options, state),
         "dtype": problem.dtype,
     }
 
@@ -94,12 +95,14 @@ def header(alg, state, problem, record: dict, *, guide, redrawn=(), validation=N
         "seed": problem.seed,
         "init": init_record(problem.init),
         # Processes sharing each step draw their own particles for their rows (Pyro).
-        "processes": alg.processes(state),
+        "processes": state_fact(alg, state, "processes"),
         "data_fingerprint": data_fingerprint,
         "config_fingerprint": fingerprint(config_arrays(problem.config)),
         # Resume may ask for more steps than the checkpointed run did (training extended).
         "options": {
-            k: v for k, v in record.items() if k != "num_steps" or not alg.extendable(state)
+            k: v
+            for k, v in record.items()
+            if k != "num_steps" or not state_fact(alg, state, "extendable")
         },
         # A run without validation data is another run than one with them.
         "validation_setup": validation,

@@ -42,6 +42,18 @@ CONTRACTS = {
 }
 
 
+def short_run(alg, num_steps: int) -> dict:
+    """The ``fit`` arguments of a short run of ``alg`` of about ``num_steps`` steps: its traits'
+    ``short_run`` where its options set its length (a sampler), else ``num_steps`` (an
+    algorithm of the older contract with its own ``short_run`` is asked)."""
+    older = getattr(alg, "short_run", None)
+    if callable(older):
+        return older(num_steps)
+    if alg.traits.short_run is not None:
+        return alg.traits.short_run(num_steps)
+    return {"num_steps": num_steps}
+
+
 def check_algorithm_improves(
     spec: ModelSpec, algorithm: str, backend: str, num_steps: int = 40, **options
 ) -> None:
@@ -49,7 +61,7 @@ def check_algorithm_improves(
     and gives an ``arviz.InferenceData`` or per-datum ELBOs."""
     data, _, _ = example_problem(spec, **options)
     options = {**spec.example_options, **options}
-    short = get_algorithm(algorithm).short_run(num_steps)
+    short = short_run(get_algorithm(algorithm), num_steps)
     res = fit(spec, data, algorithm, backend, tol=0.0, progress=False, **short, **options)
     h = np.asarray(res.history["objective"])
     if not np.all(np.isfinite(h)):

@@ -42,6 +42,11 @@ class RestartState:
     def best(self) -> int:
         return int(np.argmax(self.objectives))
 
+    @property
+    def record(self) -> dict:
+        """The options as a result and a checkpoint record them."""
+        return {"starts": len(self.starts)}
+
 
 class _Restarts(Algorithm):
     """The shared driver; a subclass names the algorithm it restarts (``base``)."""
@@ -89,15 +94,15 @@ class _Restarts(Algorithm):
     def get_params(self, state: RestartState) -> dict[str, np.ndarray]:
         return self._base().get_params(state.starts[state.best])
 
-    def state_dict(self, state: RestartState):
+    def save_state(self, state: RestartState):
         skeletons, arrays = [], {}
         for i, start in enumerate(state.starts):
-            skeleton, own = self._base().state_dict(start)
+            skeleton, own = self._base().save_state(start)
             skeletons.append(skeleton)
             arrays.update({f"start{i}/{k}": v for k, v in own.items()})
         return {"starts": skeletons, "objectives": list(state.objectives)}, arrays
 
-    def load_state_dict(self, state: RestartState, skeleton, arrays) -> RestartState:
+    def load_state(self, state: RestartState, skeleton, arrays) -> RestartState:
         if len(skeleton["starts"]) != len(state.starts):
             raise ValueError(
                 f"the checkpoint holds {len(skeleton['starts'])} starts; this run has "
@@ -107,14 +112,8 @@ class _Restarts(Algorithm):
         for i, (start, saved) in enumerate(zip(state.starts, skeleton["starts"], strict=True)):
             prefix = f"start{i}/"
             own = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-            starts.append(self._base().load_state_dict(start, saved, own))
+            starts.append(self._base().load_state(start, saved, own))
         return RestartState(tuple(starts), tuple(float(v) for v in skeleton["objectives"]))
-
-    def record(self, options: RestartOptions, state) -> dict:
-        return {"starts": options.starts}
-
-    def posterior_family(self, result) -> str | None:
-        return self._base().posterior_family(result)
 
 
 class CAVIRestarts(_Restarts):
