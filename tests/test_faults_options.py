@@ -322,7 +322,7 @@ def test_jit_is_accepted_and_ignored_on_numpyro():
     svi = inference.get_algorithm("svi")
     for model in ("bayesian_gmm", "vae", "bernoulli_mixture"):
         spec = zoo.get_model(model)
-        assert svi.ignores(spec, "numpyro", svi.options({"jit": True}), "jit") is None
+        assert svi.options({"jit": True}).ignores(spec, "numpyro", "jit") is None
 
 
 def test_num_particles_is_taken_where_the_guide_draws_latents():
@@ -331,10 +331,10 @@ def test_num_particles_is_taken_where_the_guide_draws_latents():
         spec = zoo.get_model(model)
         for backend in ("pyro", "numpyro"):
             options = svi.options({"guide": guide, "num_particles": 4})
-            assert svi.ignores(spec, backend, options, "num_particles") is None
+            assert options.ignores(spec, backend, "num_particles") is None
     for backend in ("pyro", "numpyro"):  # an importance-weighted bound of 4 samples
         options = svi.options({"num_particles": 4, "elbo": "iwae"})
-        assert svi.ignores(zoo.get_model("vae"), backend, options, "elbo") is None
+        assert options.ignores(zoo.get_model("vae"), backend, "elbo") is None
 
 
 def test_every_deterministic_guide_is_checked_at_registration():
