@@ -25,6 +25,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from inference.persistence import state_tree
 from zoo.options import check_types
 from zoo.spec import ModelSpec
 
@@ -184,18 +185,27 @@ class Algorithm(ABC):
         """The fitted parameters (numpy), named as the model's guide or updates name them."""
 
     def save_state(self, state) -> tuple[dict, dict[str, np.ndarray]]:
-        """``(JSON-able skeleton, arrays)`` of what a checkpoint must hold to resume ``state``."""
+        """``(JSON-able skeleton, arrays)`` of what a checkpoint must hold to resume ``state``.
+
+        Not written by an algorithm whose states name their ``saved_fields``: the loop saves
+        those fields itself (``inference.persistence.state_tree``), and so does this default.
+        A plugin may define it (with :meth:`load_state`) to save its states its own way."""
         older = getattr(self, "state_dict", None)
-        if older is None:
+        if older is not None:
+            return older(state)
+        if not state_tree.is_value(state):
             raise NotImplementedError(f"algorithm {self.name!r} does not save its states")
-        return older(state)
+        return state_tree.save(state)
 
     def load_state(self, state, skeleton: dict, arrays: dict) -> Any:
-        """``state`` with what :meth:`save_state` saved put back (a new state)."""
+        """``state`` (a fresh one from :meth:`init`) with what :meth:`save_state` saved put
+        back (a new state)."""
         older = getattr(self, "load_state_dict", None)
-        if older is None:
+        if older is not None:
+            return older(state, skeleton, arrays)
+        if not state_tree.is_value(state):
             raise NotImplementedError(f"algorithm {self.name!r} does not load its states")
-        return older(state, skeleton, arrays)
+        return state_tree.restore(state, state_tree.read(skeleton, arrays, state))
 
     # --- derived: never written by an algorithm -------------------------------------------------
 
