@@ -8,10 +8,12 @@ its :class:`Traits`, which models it supports (from what a model's spec declares
 the model's name), ``init``/``step`` and its info record, and what a result keeps.
 
 States are values: ``step(state)`` returns a new state and leaves the one it was given as it
-was (so the loop can keep the last good state when a step's objective is not finite). The one
-exception is owned by a backend, not by an algorithm: Pyro keeps parameters and optimiser
-moments in torch tensors that its step updates in place, so a Pyro SVI state is a handle to
-them.
+was (so the loop can keep the last good state when a step's objective is not finite). A state
+names the fields a checkpoint holds (``saved_fields``: arrays, a step count, small plain values);
+the problem, the engine and compiled functions live in a ``bound`` object ``init`` makes, never
+saved (``inference.persistence.state_tree``). The one exception is owned by a backend, not by an
+algorithm: Pyro keeps parameters and optimiser moments in torch tensors that its step updates in
+place, so a Pyro SVI state's arrays are a handle to them.
 """
 
 from __future__ import annotations
@@ -130,9 +132,11 @@ class Algorithm(ABC):
       :class:`Problem`), :meth:`step` (``state -> (new state, info)``) and :meth:`get_params`
       (the fitted parameters of a state).
 
-    Saving and loading a state (:meth:`save_state`, :meth:`load_state`) complete the contract;
-    their defaults read and write an algorithm that defines the older ``state_dict`` and
-    ``load_state_dict``, and an algorithm that does not implements them itself.
+    A state names the fields a checkpoint holds in its class's ``saved_fields``; the loop saves
+    and restores them (``inference.persistence.state_tree``). :meth:`save_state` and
+    :meth:`load_state` are optional hooks for an algorithm that saves its states its own way
+    (their defaults take the same path, or call the older contract's ``state_dict`` and
+    ``load_state_dict``).
     :meth:`supports`, :meth:`options` and :meth:`option_names` are derived from the rest and
     are not written.
 
