@@ -8,10 +8,12 @@ its :class:`Traits`, which models it supports (from what a model's spec declares
 the model's name), ``init``/``step`` and its info record, and what a result keeps.
 
 States are values: ``step(state)`` returns a new state and leaves the one it was given as it
-was (so the loop can keep the last good state when a step's objective is not finite). The one
-exception is owned by a backend, not by an algorithm: Pyro keeps parameters and optimiser
-moments in torch tensors that its step updates in place, so a Pyro SVI state is a handle to
-them.
+was (so the loop can keep the last good state when a step's objective is not finite). A state
+names the fields a checkpoint holds (``saved_fields``: arrays, a step count, small plain values);
+the problem, the engine and compiled functions live in a ``bound`` object ``init`` makes, never
+saved (``inference.persistence.state_tree``). The one exception is owned by a backend, not by an
+algorithm: Pyro keeps parameters and optimiser moments in torch tensors that its step updates in
+place, so a Pyro SVI state's arrays are a handle to them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from inference.persistence import state_tree
 from zoo.options import check_types
 from zoo.spec import ModelSpec
 
@@ -129,9 +132,11 @@ class Algorithm(ABC):
       :class:`Problem`), :meth:`step` (``state -> (new state, info)``) and :meth:`get_params`
       (the fitted parameters of a state).
 
-    Saving and loading a state (:meth:`save_state`, :meth:`load_state`) complete the contract;
-    their defaults read and write an algorithm that defines the older ``state_dict`` and
-    ``load_state_dict``, and an algorithm that does not implements them itself.
+    A state names the fields a checkpoint holds in its class's ``saved_fields``; the loop saves
+    and restores them (``inference.persistence.state_tree``). :meth:`save_state` and
+    :meth:`load_state` are optional hooks for an algorithm that saves its states its own way
+    (their defaults take the same path, or call the older contract's ``state_dict`` and
+    ``load_state_dict``).
     :meth:`supports`, :meth:`options` and :meth:`option_names` are derived from the rest and
     are not written.
 
@@ -184,18 +189,27 @@ class Algorithm(ABC):
         """The fitted parameters (numpy), named as the model's guide or updates name them."""
 
     def save_state(self, state) -> tuple[dict, dict[str, np.ndarray]]:
-        """``(JSON-able skeleton, arrays)`` of what a checkpoint must hold to resume ``state``."""
+        """``(JSON-able skeleton, arrays)`` of what a checkpoint must hold to resume ``state``.
+
+        Not written by an algorithm whose states name their ``saved_fields``: the loop saves
+        those fields itself (``inference.persistence.state_tree``), and so does this default.
+        A plugin may define it (with :meth:`load_state`) to save its states its own way."""
         older = getattr(self, "state_dict", None)
-        if older is None:
+        if older is not None:
+            return older(state)
+        if not state_tree.is_value(state):
             raise NotImplementedError(f"algorithm {self.name!r} does not save its states")
-        return older(state)
+        return state_tree.save(state)
 
     def load_state(self, state, skeleton: dict, arrays: dict) -> Any:
-        """``state`` with what :meth:`save_state` saved put back (a new state)."""
+        """``state`` (a fresh one from :meth:`init`) with what :meth:`save_state` saved put
+        back (a new state)."""
         older = getattr(self, "load_state_dict", None)
-        if older is None:
+        if older is not None:
+            return older(state, skeleton, arrays)
+        if not state_tree.is_value(state):
             raise NotImplementedError(f"algorithm {self.name!r} does not load its states")
-        return older(state, skeleton, arrays)
+        return state_tree.restore(state, state_tree.read(skeleton, arrays, state))
 
     # --- derived: never written by an algorithm -------------------------------------------------
 

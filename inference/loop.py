@@ -18,9 +18,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference import convergence
-from inference.algorithm import progress_text, state_fact
+from inference.algorithm import Algorithm, progress_text, state_fact
 from inference.backends import tree_codec
-from inference.persistence import checkpoint
+from inference.persistence import checkpoint, state_tree
 from inference.streaming import DataError
 
 RUNNING_MEAN_STEPS = 100
@@ -281,8 +281,21 @@ def _differences(saved, current) -> str:
     return f"{saved!r} there, {current!r} here"
 
 
+def _saves_itself(alg, state) -> bool:
+    """Whether an algorithm saves and loads its states through hooks of its own (a plugin's
+    ``save_state`` and ``load_state``, or the older contract's ``state_dict``), rather than
+    through the one path every state that names its ``saved_fields`` takes
+    (``inference.persistence.state_tree``)."""
+    own = getattr(type(alg), "save_state", None) is not Algorithm.save_state
+    older = callable(getattr(alg, "state_dict", None))
+    return own or older or not state_tree.is_value(state)
+
+
 def _save(path, header, alg, state, history, validation=None):
-    skeleton, arrays = alg.save_state(state)
+    if _saves_itself(alg, state):
+        skeleton, arrays = alg.save_state(state)
+    else:
+        skeleton, arrays = state_tree.save(state)
     arrays.update({f"history/{k}": np.asarray(v) for k, v in history.items()})
     extra = {}
     if validation is not None:
@@ -292,9 +305,9 @@ def _save(path, header, alg, state, history, validation=None):
 
 
 def _check_arrays(path, fresh, saved) -> None:
-    """Every array of this run's state is in the checkpoint with its dtype and shape (along the
-    axes a run grows, such as a sampler's draws, any length), so that a damaged or foreign file
-    is refused here, not steps later far from the cause."""
+    """For an algorithm that saves its states itself: every array its hook saves of this run's
+    state is in the checkpoint with its dtype and shape, so that a damaged or foreign file is
+    refused here, not steps later far from the cause."""
     expected = tree_codec.leaves(*fresh)
     if expected is None:  # a layout only the algorithm's own load_state can read
         return
@@ -305,12 +318,7 @@ def _check_arrays(path, fresh, saved) -> None:
                 f"Checkpoint {path!r} lacks the state's array {place!r}."
             )
         got = found[place]
-        grows = [n == 0 for n in like.shape]
-        if (
-            got.dtype != like.dtype
-            or got.ndim != like.ndim
-            or any(g != n and not z for g, n, z in zip(got.shape, like.shape, grows, strict=True))
-        ):
+        if got.dtype != like.dtype or got.shape != like.shape:
             raise checkpoint.CheckpointError(
                 f"Checkpoint {path!r} holds the state's array {place!r} with shape "
                 f"{got.shape} and dtype {got.dtype}; this run's has shape {like.shape} and "
@@ -340,6 +348,16 @@ def _meant_by_older_file(key, saved, header):
             return None
         return header.get(key) if header.get(key) is not None else UNRECORDED_VALIDATION
     return None
+
+
+def _restore_tree(path, fresh, skeleton, arrays):
+    """``fresh`` (the state ``init`` made) with the checkpoint's saved fields put back."""
+    try:
+        tree = state_tree.read(skeleton, arrays, fresh)
+    except checkpoint.CheckpointError as err:
+        raise checkpoint.CheckpointError(f"Checkpoint {path!r} cannot be resumed: {err}") from err
+    state_tree.check(path, fresh, tree)
+    return state_tree.restore(fresh, tree)
 
 
 def restore(path, header, alg, state, validation=None):
@@ -377,9 +395,14 @@ def restore(path, header, alg, state, validation=None):
     }
     if validation is not None and "validation" in saved:
         validation.load_state_dict(saved["validation"], arrays)
-    _check_arrays(path, alg.save_state(state), (saved["state"], arrays))
     try:
-        state = alg.load_state(state, saved["state"], arrays)
+        if _saves_itself(alg, state):
+            _check_arrays(path, alg.save_state(state), (saved["state"], arrays))
+            state = alg.load_state(state, saved["state"], arrays)
+        else:
+            state = _restore_tree(path, state, saved["state"], arrays)
+    except checkpoint.CheckpointError:
+        raise
     except (KeyError, ValueError) as err:
         raise checkpoint.CheckpointError(
             f"Checkpoint {path!r} does not fit this run: {err}"

@@ -12,21 +12,34 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from inference.algorithm import Algorithm, Info, Problem, Traits
-from inference.backends import tree_codec
+
+
+@dataclass(frozen=True)
+class ClosedFormBound:
+    """What a closed-form state is stepped with, made by ``init`` and never saved."""
+
+    problem: Problem
+    cache: Any  # derived from the data once
+    update: Any  # the compiled update
 
 
 @dataclass(frozen=True)
 class ClosedFormState:
-    problem: Problem
-    inner: Any  # the model's state pytree (backend arrays)
-    cache: Any  # derived from the data once; not checkpointed
-    update: Any  # the compiled update
+    bound: ClosedFormBound = dataclasses.field(compare=False, repr=False)
+    inner: Any = None  # the model's state pytree (backend arrays)
     step: int = 0
+
+    #: What a checkpoint holds (``inference.persistence.state_tree``).
+    saved_fields: ClassVar[tuple[str, ...]] = ("inner", "step")
+
+    @property
+    def problem(self) -> Problem:
+        return self.bound.problem
 
 
 class _ClosedForm(Algorithm):
@@ -54,24 +67,17 @@ class _ClosedForm(Algorithm):
             start = problem.backend.asarray(start, problem.device, problem.dtype)
         inner, cache = updates.init(problem.backend_data(), start, config, xp)
         update = problem.backend.compile_step(lambda s, c: module.update(s, c, config, xp))
-        return ClosedFormState(problem=problem, inner=inner, cache=cache, update=update)
+        return ClosedFormState(ClosedFormBound(problem, cache, update), inner=inner)
 
     def step(self, state: ClosedFormState):
-        inner, objective = state.update(state.inner, state.cache)
+        inner, objective = state.bound.update(state.inner, state.bound.cache)
         new = dataclasses.replace(state, inner=inner, step=state.step + 1)
         return new, Info(objective=float(objective))
 
     def get_params(self, state: ClosedFormState) -> dict[str, np.ndarray]:
         backend = state.problem.backend
-        raw = state.problem.spec.updates.raw_params(state.inner, state.cache, backend.ops)
+        raw = state.problem.spec.updates.raw_params(state.inner, state.bound.cache, backend.ops)
         return {k: backend.to_numpy(v) for k, v in raw.items()}
-
-    def save_state(self, state: ClosedFormState):
-        return encode_inner(state.problem, state.inner, state.step)
-
-    def load_state(self, state: ClosedFormState, skeleton, arrays) -> ClosedFormState:
-        inner = decode_inner(state.problem, skeleton, arrays)
-        return dataclasses.replace(state, inner=inner, step=int(skeleton["step"]))
 
 
 class CAVI(_ClosedForm):
@@ -94,24 +100,6 @@ class EM(_ClosedForm):
         objective="log-likelihood",
         estimate="point",
     )
-
-
-def encode_inner(problem: Problem, inner: dict, step: int):
-    """``(skeleton, arrays)`` of a closed-form state's arrays ``inner`` for a checkpoint."""
-    arrays: dict = {}
-    encoded = tree_codec.encode(inner, problem.backend.to_numpy, arrays, "inner")
-    return {"inner": encoded, "step": step}, arrays
-
-
-def decode_inner(problem: Problem, skeleton, arrays) -> dict:
-    """The arrays of :func:`encode_inner` back on the problem's backend and device."""
-
-    def restore(a):
-        return (
-            problem.backend.asarray(a, problem.device, str(a.dtype)) if a.dtype.kind == "f" else a
-        )
-
-    return tree_codec.decode(skeleton["inner"], arrays, restore)
 
 
 def start_values(problem: Problem, init) -> dict[str, np.ndarray] | None:

@@ -26,7 +26,7 @@ import dataclasses
 import importlib
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -132,14 +132,38 @@ class NUTSInfo(NamedTuple):
 
 
 @dataclass(frozen=True)
-class NUTSState:
+class NUTSBound:
+    """What a NUTS state is stepped with, made by ``init`` and never saved."""
+
     problem: Problem
     options: NUTSOptions
     engine: Any  # the backend's NUTSEngine
-    chains: Any  # the engine's kernel states
+
+
+@dataclass(frozen=True)
+class NUTSState:
+    bound: NUTSBound = dataclasses.field(compare=False, repr=False)
+    # The engine's kernel states: NumPyro's, array pytrees; Pyro's, its kernels themselves,
+    # which it advances in place (such a run cannot be checkpointed: ``unsaveable``).
+    chains: Any = None
     iteration: int = 0  # iterations done per chain
     draws: tuple = ()  # per chunk after the warm-up: {site: (chains, n, ...)}
     stats: tuple = ()  # per chunk after the warm-up: {statistic: (chains, n)}
+
+    #: What a checkpoint holds (``inference.persistence.state_tree``).
+    saved_fields: ClassVar[tuple[str, ...]] = ("chains", "iteration", "draws", "stats")
+
+    @property
+    def problem(self) -> Problem:
+        return self.bound.problem
+
+    @property
+    def options(self) -> NUTSOptions:
+        return self.bound.options
+
+    @property
+    def engine(self):
+        return self.bound.engine
 
     @property
     def posterior_draws(self) -> tuple[dict, dict]:
@@ -238,7 +262,7 @@ class NUTSAlgorithm(Algorithm):
             seed=problem.seed,
             device=problem.device,
         )
-        return NUTSState(problem, options, engine, engine.init())
+        return NUTSState(NUTSBound(problem, options, engine), engine.init())
 
     def step(self, state: NUTSState) -> tuple[NUTSState, NUTSInfo]:
         opts = state.options
@@ -269,26 +293,3 @@ class NUTSAlgorithm(Algorithm):
     def get_params(self, state: NUTSState) -> dict[str, np.ndarray]:
         """The posterior means of the sampled sites (over chains and draws)."""
         return {k: v.mean(axis=(0, 1)) for k, v in state.posterior_draws[0].items()}
-
-    def save_state(self, state: NUTSState) -> tuple[dict, dict[str, np.ndarray]]:
-        if state.unsaveable:
-            raise ValueError(state.unsaveable)
-        arrays = {f"chains/{k}": v for k, v in state.engine.state_arrays(state.chains).items()}
-        sites, stats = state.posterior_draws
-        arrays.update({f"draws/{k}": v for k, v in sites.items()})
-        arrays.update({f"stats/{k}": v for k, v in stats.items()})
-        return {"iteration": state.iteration}, arrays
-
-    def load_state(self, state: NUTSState, skeleton: dict, arrays: dict) -> NUTSState:
-        def group(prefix):
-            return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-
-        chains = state.engine.load_state_arrays(state.chains, group("chains/"))
-        sites, stats = group("draws/"), group("stats/")
-        return dataclasses.replace(
-            state,
-            chains=chains,
-            iteration=int(skeleton["iteration"]),
-            draws=(sites,) if sites else (),
-            stats=(stats,) if stats else (),
-        )

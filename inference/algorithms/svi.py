@@ -33,7 +33,7 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -214,22 +214,44 @@ class SVIInfo(NamedTuple):
     temperature: float | None
 
 
-@dataclass(frozen=True)
-class SVIState:
+@dataclass
+class SVIBound:
+    """What an SVI state is stepped with, made by ``init`` and never saved."""
+
     problem: Problem
     engine: Any  # the backend's SVIEngine: the model, guide, objective and optimiser
-    params: Any  # the engine's state: NumPyro's SVI state (a pytree); Pyro: None (its store)
-    guide: str
     schedule: Any  # step -> temperature; None: no temperature
-    schedule_spans_steps: bool = True  # the schedule (if any) is spread over num_steps
     batches: EpochBatches | None = None
     grey: dict | None = None  # with dynamic binarization: the grey levels of the binary keys
-    data: dict | None = None  # the binarization the engine trains on this epoch
-    data_epoch: int = 0  # the epoch of ``data``
     shard: tuple[int, int] | None = None  # Pyro data-parallel: (rank, world size)
+    # With dynamic binarization, (epoch, the draw the engine trains on in that epoch): drawn from
+    # the seed and the epoch, so kept here rather than in the state.
+    binarized: tuple[int, dict | None] = (0, None)
+
+
+@dataclass(frozen=True)
+class SVIState:
+    bound: SVIBound = dataclasses.field(compare=False, repr=False)
+    # The engine's state: NumPyro's SVI state (a tuple of arrays); Pyro's parameters, Adam's
+    # state, the random stream and the updates applied, as the engine keeps them.
+    params: Any = None
+    guide: str = ""
     step: int = 0
     rule_start: int = 0  # the first step of the learning rate's last stage
     record: dict = dataclasses.field(default_factory=dict)  # the options as a result records them
+    schedule_spans_steps: bool = True  # the schedule (if any) is spread over num_steps
+
+    #: What a checkpoint holds (``inference.persistence.state_tree``); the step sets the
+    #: temperature and the minibatch.
+    saved_fields: ClassVar[tuple[str, ...]] = ("params", "step")
+
+    @property
+    def problem(self) -> Problem:
+        return self.bound.problem
+
+    @property
+    def engine(self):
+        return self.bound.engine
 
     @property
     def extendable(self) -> bool:
@@ -240,11 +262,13 @@ class SVIState:
 
     @property
     def processes(self) -> int:
-        return 1 if self.shard is None else int(self.shard[1])
+        shard = self.bound.shard
+        return 1 if shard is None else int(shard[1])
 
     @property
     def lead(self) -> bool:
-        return self.shard is None or self.shard[0] == 0
+        shard = self.bound.shard
+        return shard is None or shard[0] == 0
 
     @property
     def outside_support(self) -> list[str]:
@@ -381,18 +405,14 @@ class SVI(Algorithm):
         grey = None
         if options.dynamic_binarization:
             grey = {k: check_grey_levels(problem.given[k]) for k in _binary_keys(spec)}
+        bound = SVIBound(problem, engine, schedule, batches=batches, grey=grey, shard=shard)
         return SVIState(
-            problem=problem,
-            engine=engine,
+            bound,
             params=engine.initial_state(),
             guide=guide,
-            schedule=schedule,
-            schedule_spans_steps=schedule is not None and spans_steps,
-            batches=batches,
-            grey=grey,
-            shard=shard,
             rule_start=settled,
             record=_record(options, problem, guide),
+            schedule_spans_steps=schedule is not None and spans_steps,
         )
 
     def _start_values(self, problem, init) -> dict[str, np.ndarray] | None:
@@ -414,57 +434,48 @@ class SVI(Algorithm):
         return start
 
     def step(self, state: SVIState):
-        data, epoch = state.data, state.data_epoch
-        if state.grey is not None:
-            data, epoch = self._binarization(state)
+        bound = state.bound
+        data = self._binarization(state) if bound.grey is not None else None
         rows = batch = None
         if state.problem.source is not None:
             p = state.problem
             batch = p.source.batch(state.step)
-            if state.shard is not None:
+            if bound.shard is not None:
                 rows = len(next(iter(batch.values())))
-                if rows % state.shard[1]:
+                if rows % bound.shard[1]:
                     raise ValueError(
                         f"The minibatch of step {state.step + 1} has {rows} rows, which do not "
-                        f"split over the {state.shard[1]} processes of the group."
+                        f"split over the {bound.shard[1]} processes of the group."
                     )
-                batch = {k: v[_share(rows, state.shard)] for k, v in batch.items()}
+                batch = {k: v[_share(rows, bound.shard)] for k, v in batch.items()}
             batch = {k: p.backend.asarray(v, p.device, p.dtype) for k, v in batch.items()}
             rows = None
-        elif state.batches is not None:
-            rows = state.batches.indices(state.step)
-            if state.shard is not None:
-                rows = rows[_share(len(rows), state.shard)]
-        temperature = None if state.schedule is None else state.schedule(state.step)
-        params, elbo = state.engine.step(state.params, temperature, rows, batch=batch, data=data)
-        new = dataclasses.replace(
-            state, params=params, data=data, data_epoch=epoch, step=state.step + 1
-        )
+        elif bound.batches is not None:
+            rows = bound.batches.indices(state.step)
+            if bound.shard is not None:
+                rows = rows[_share(len(rows), bound.shard)]
+        temperature = None if bound.schedule is None else bound.schedule(state.step)
+        params, elbo = bound.engine.step(state.params, temperature, rows, batch=batch, data=data)
+        new = dataclasses.replace(state, params=params, step=state.step + 1)
         return new, SVIInfo(objective=elbo, temperature=temperature)
 
     def _binarization(self, state: SVIState):
-        """Dynamic binarization: a fresh draw of the training pixels at each epoch."""
-        steps_per_epoch = state.batches.steps_per_epoch if state.batches else 1
+        """Dynamic binarization: a fresh draw of the training pixels at each epoch (None: the
+        first epoch's, the engine's own data)."""
+        bound = state.bound
+        steps_per_epoch = bound.batches.steps_per_epoch if bound.batches else 1
         epoch = state.step // steps_per_epoch
-        if epoch == state.data_epoch:
-            return state.data, epoch
-        p = state.problem
-        drawn = {
-            k: p.backend.asarray(binarize(grey, p.seed, epoch), p.device, p.dtype)
-            for k, grey in state.grey.items()
-        }
-        return {**state.engine.data, **drawn}, epoch
+        if epoch != bound.binarized[0]:
+            p = state.problem
+            drawn = {
+                k: p.backend.asarray(binarize(grey, p.seed, epoch), p.device, p.dtype)
+                for k, grey in bound.grey.items()
+            }
+            bound.binarized = (epoch, {**bound.engine.data, **drawn})
+        return bound.binarized[1]
 
     def get_params(self, state: SVIState) -> dict[str, np.ndarray]:
         return state.engine.params(state.params)
-
-    def save_state(self, state: SVIState):
-        skeleton, arrays = state.engine.state_dict(state.params)
-        return {"engine": skeleton, "step": state.step}, arrays  # the step sets the temperature
-
-    def load_state(self, state: SVIState, skeleton, arrays) -> SVIState:
-        params = state.engine.load_state_dict(state.params, skeleton["engine"], arrays)
-        return dataclasses.replace(state, params=params, step=int(skeleton["step"]))
 
 
 def _record(options: SVIOptions, problem: Problem, guide: str) -> dict:

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from inference import streaming
 from inference.algorithm import Algorithm, Problem, Traits
-from inference.algorithms.closed_form import decode_inner, encode_inner
 from inference.backends import get_backend
 
 
@@ -65,15 +64,33 @@ class NaturalInfo(NamedTuple):
 
 
 @dataclass(frozen=True)
-class NaturalState:
+class NaturalBound:
+    """What a natural-gradient state is stepped with, made by ``init`` and never saved."""
+
     problem: Problem
     source: Any  # inference.streaming.ArraySource or StreamSource
-    inner: Any  # the updates' natural-gradient state (backend arrays)
-    context: Any  # what every minibatch is read with (a mixture's centre), backend arrays
     update: Any  # the compiled step
-    tau: float
-    kappa: float
+
+
+@dataclass(frozen=True)
+class NaturalState:
+    bound: NaturalBound = dataclasses.field(compare=False, repr=False)
+    inner: Any = None  # the updates' natural-gradient state (backend arrays)
+    context: Any = None  # what every minibatch is read with (a mixture's centre), backend arrays
+    tau: float = 1.0
+    kappa: float = 0.7
     step: int = 0
+
+    #: What a checkpoint holds (``inference.persistence.state_tree``).
+    saved_fields: ClassVar[tuple[str, ...]] = ("inner", "context", "step")
+
+    @property
+    def problem(self) -> Problem:
+        return self.bound.problem
+
+    @property
+    def source(self):
+        return self.bound.source
 
     @property
     def record(self) -> dict:
@@ -150,9 +167,8 @@ class NaturalGradientSVI(Algorithm):
         def step(inner, batch, rho, scale):
             return updates.natural_step(inner, context, batch, config, xp, rho, scale)
 
-        return NaturalState(
-            problem, source, inner, context, back.compile_step(step), tau=tau, kappa=kappa
-        )
+        bound = NaturalBound(problem, source, back.compile_step(step))
+        return NaturalState(bound, inner, context, tau=tau, kappa=kappa)
 
     def step_size(self, state: NaturalState, step: int) -> float:
         return float((step + 1 + state.tau) ** -state.kappa)
@@ -162,7 +178,7 @@ class NaturalGradientSVI(Algorithm):
         batch = state.source.batch(state.step)
         rho = self.step_size(state, state.step)
         rows = len(next(iter(batch.values())))
-        inner, objective = state.update(
+        inner, objective = state.bound.update(
             state.inner,
             {k: p.backend.asarray(v, p.device, p.dtype) for k, v in batch.items()},
             rho,
@@ -175,15 +191,6 @@ class NaturalGradientSVI(Algorithm):
         backend = state.problem.backend
         raw = state.problem.spec.updates.natural_raw_params(state.inner, state.context, backend.ops)
         return {k: backend.to_numpy(v) for k, v in raw.items()}
-
-    def save_state(self, state: NaturalState):
-        # "shift": the name checkpoints have given the context since they were first written.
-        return encode_inner(state.problem, {**state.inner, "shift": state.context}, state.step)
-
-    def load_state(self, state: NaturalState, skeleton, arrays) -> NaturalState:
-        inner = decode_inner(state.problem, skeleton, arrays)
-        context = inner.pop("shift")
-        return dataclasses.replace(state, inner=inner, context=context, step=int(skeleton["step"]))
 
 
 def full_elbo(result, data, backend: str | None = None, chunk: int = 100_000) -> float:

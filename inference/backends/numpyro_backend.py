@@ -26,7 +26,7 @@ import numpyro  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 
 from inference import learning_rate  # noqa: E402
-from inference.backends import exported, tree_codec  # noqa: E402
+from inference.backends import exported  # noqa: E402
 from inference.backends.sites import data_plate_log_prob  # noqa: E402
 from zoo import devices  # noqa: E402
 from zoo.array_namespace import JaxOps, convert_config  # noqa: E402
@@ -554,21 +554,6 @@ class SVIEngine:
             state, jax.random.PRNGKey(seed), self.data, self._arrays, temperature
         )
         return -float(wait_for_step(value) if self._watch else value)
-
-    def state_dict(self, state) -> tuple[dict, dict]:
-        leaves = jax.tree_util.tree_leaves(state)
-        arrays: dict = {}
-        return {"leaves": tree_codec.encode(list(leaves), np.asarray, arrays, "state")}, arrays
-
-    def load_state_dict(self, state, skeleton, arrays):
-        leaves, treedef = jax.tree_util.tree_flatten(state)
-        saved = tree_codec.decode(skeleton["leaves"], arrays, jnp.asarray)
-        if len(saved) != len(leaves) or any(
-            a.shape != b.shape for a, b in zip(saved, leaves, strict=True)
-        ):
-            raise ValueError("Checkpoint SVI state does not match this model and guide.")
-        placement = self.device if self.shardings is None else self.shardings[1]
-        return jax.device_put(jax.tree_util.tree_unflatten(treedef, saved), placement)
 
 
 def as_params(params: dict, device, dtype: str) -> dict:

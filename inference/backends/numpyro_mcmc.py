@@ -116,27 +116,3 @@ class NUTSEngine:
             )
         sites, stats = records
         return states, sites, stats
-
-    @staticmethod
-    def state_arrays(states) -> dict[str, np.ndarray]:
-        """The chains' kernel states as flat numpy arrays (a checkpoint's part)."""
-        return {str(i): np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(states))}
-
-    def load_state_arrays(self, states, arrays: dict):
-        """``states`` with the saved arrays put back; a saved state of another structure
-        (other options, sites or backend version) is a ``ValueError``."""
-        leaves, treedef = jax.tree.flatten(states)
-        if len(arrays) != len(leaves):
-            raise ValueError(
-                f"a sampler state of {len(arrays)} arrays, this run's has {len(leaves)}"
-            )
-        restored = []
-        for i, leaf in enumerate(leaves):
-            saved = arrays[str(i)]
-            if saved.shape != leaf.shape or saved.dtype != leaf.dtype:
-                raise ValueError(
-                    f"sampler state array {i} is {saved.dtype}{list(saved.shape)}, this run's "
-                    f"is {leaf.dtype}{list(leaf.shape)}"
-                )
-            restored.append(jax.device_put(saved, self.device))
-        return jax.tree.unflatten(treedef, restored)

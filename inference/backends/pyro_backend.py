@@ -20,7 +20,6 @@ from pyro.infer import (
 )
 
 from inference import learning_rate
-from inference.backends import tree_codec
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
 from inference.backends.sites import data_plate_log_prob
 from zoo import devices
@@ -162,8 +161,11 @@ class SVIEngine:
     ``step(state, temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if
     None); ``step(state, temperature, batch=...)`` on a minibatch given as tensors
     (``inference.streaming``). The engines of both backends take and return a state; Pyro's
-    parameters and optimiser live in torch tensors that a step updates in place, so its state is
-    always None and the methods read the parameter store.
+    parameters and optimiser live in torch tensors that a step updates in place, so its state
+    is a handle to them: ``{"params", "optim", "rng", "updates"}``, the store's unconstrained
+    parameters, Adam's state, the fit's random stream and the updates applied. A state holding
+    other tensors (one restored from a checkpoint) is loaded into the store, Adam and the
+    stream when a method is first given it; a state of None reads them as they are.
 
     Pyro's validation (on unless switched off) checks the model and guide at their first
     evaluation, here in the constructor; the steps run without it: the zoo's models have a
@@ -231,6 +233,7 @@ class SVIEngine:
         first_lr = lr.at(0) if isinstance(lr, learning_rate.Stages) else lr
         params = [store._params[k] for k in self.names]
         self.optim = torch.optim.Adam(params, lr=first_lr, fused=_fusable(params))
+        self._loaded = None  # the last state loaded into the store, a handle to it since
 
     def _rng(self):
         return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
@@ -247,7 +250,43 @@ class SVIEngine:
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
     def initial_state(self):
-        return None
+        return self._handle()
+
+    def _handle(self) -> dict:
+        """The state: the tensors the store, Adam and the stream hold now."""
+        store = pyro.get_param_store()
+        return {
+            "params": {name: store._params[name] for name in store.keys()},
+            "optim": self.optim.state_dict(),
+            "rng": self.rng_state,
+            "updates": self.updates,
+        }
+
+    def _adopt(self, state) -> None:
+        """Load ``state`` into the store, Adam and the stream, unless it is a handle to them."""
+        if state is None or state is self._loaded:
+            return
+        store = pyro.get_param_store()
+        saved = state["params"]
+        if all(value is store._params.get(name) for name, value in saved.items()):
+            return
+        if sorted(saved) != sorted(store.keys()):
+            raise ValueError(
+                f"Checkpoint params {sorted(saved)} != model params {sorted(store.keys())}."
+            )
+        shapes = {k: tuple(v.shape) for k, v in saved.items()}
+        expected = {k: tuple(store._params[k].shape) for k in saved}
+        if shapes != expected:
+            raise ValueError(f"Checkpoint param shapes {shapes} != model's {expected}.")
+        with torch.no_grad():
+            for name, value in saved.items():
+                store._params[name].copy_(torch.as_tensor(value))
+        # Adam's moments move to their parameters' device as it loads; its step counts stay on
+        # the CPU, as torch keeps them.
+        self.optim.load_state_dict(_tensors(state["optim"]))
+        self.rng_state = _tensors(state["rng"])
+        self.updates = int(state["updates"])
+        self._loaded = state
 
     def batch(self, rows, data=None):
         data = self.data if data is None else data
@@ -257,8 +296,9 @@ class SVIEngine:
         return {k: v.index_select(0, index) for k, v in data.items()}
 
     def step(self, state=None, temperature=None, rows=None, batch=None, data=None):
-        """One gradient step: ``(None, ELBO estimate)``; a non-finite loss leaves the parameters
+        """One gradient step: ``(state, ELBO estimate)``; a non-finite loss leaves the parameters
         as they were. ``data`` replaces the engine's data for this step (a fresh binarization)."""
+        self._adopt(state)
         temperature = self._temperature(temperature)
         data = self.batch(rows, data) if batch is None else batch
         inputs, rows = self._inputs(data, temperature), len(data[self.keys[0]])
@@ -275,7 +315,7 @@ class SVIEngine:
                 self.updates += 1
             self.optim.zero_grad(set_to_none=True)
             self.rng_state = self._get_rng()
-        return None, -loss
+        return self._handle(), -loss
 
     def _trace(self, inputs, rows) -> None:
         """Compile the graph of this minibatch size on a throwaway evaluation.
@@ -350,6 +390,7 @@ class SVIEngine:
         return upload(torch.as_tensor(temperature, dtype=self.dtype), self.device)
 
     def params(self, state=None) -> dict[str, np.ndarray]:
+        self._adopt(state)
         store = pyro.get_param_store()
         # Copies: a CPU tensor's numpy view would follow the optimiser's in-place updates.
         return {canonical_name(name): to_numpy(store[name]).copy() for name in store.keys()}
@@ -357,6 +398,7 @@ class SVIEngine:
     def params_outside_support(self, state=None) -> list[str]:
         """The parameters whose constrained values fail their constraint's check (a value
         ``> 1`` rounded to exactly 1, which Pyro's distributions then refuse)."""
+        self._adopt(state)
         store = pyro.get_param_store()
         with torch.no_grad():
             return sorted(
@@ -367,6 +409,7 @@ class SVIEngine:
 
     def elbo(self, state, num_particles: int, seed: int, temperature=None) -> float:
         """A fresh Monte-Carlo ELBO estimate at the current parameters (no gradient step)."""
+        self._adopt(state)
         loss = make_elbo(self.elbo_name, num_particles)
         with self._rng(), torch.no_grad():
             torch.manual_seed(seed)
@@ -378,37 +421,14 @@ class SVIEngine:
                 temperature=self._temperature(temperature),
             )
 
-    def state_dict(self, state=None) -> tuple[dict, dict]:
-        arrays: dict = {}
-        store = pyro.get_param_store()
-        unconstrained = {name: store._params[name] for name in store.keys()}
-        skeleton = {
-            "params": tree_codec.encode(unconstrained, to_numpy, arrays, "params"),
-            "optim": tree_codec.encode(self.optim.state_dict(), to_numpy, arrays, "optim"),
-            "rng": tree_codec.encode(self.rng_state, to_numpy, arrays, "rng"),
-            "updates": self.updates,
-        }
-        return skeleton, arrays
 
-    def load_state_dict(self, state, skeleton, arrays) -> None:
-        store = pyro.get_param_store()
-        saved = tree_codec.decode(skeleton["params"], arrays, torch.as_tensor)
-        if sorted(saved) != sorted(store.keys()):
-            raise ValueError(
-                f"Checkpoint params {sorted(saved)} != model params {sorted(store.keys())}."
-            )
-        shapes = {k: tuple(v.shape) for k, v in saved.items()}
-        expected = {k: tuple(store._params[k].shape) for k in saved}
-        if shapes != expected:
-            raise ValueError(f"Checkpoint param shapes {shapes} != model's {expected}.")
-        with torch.no_grad():
-            for name, value in saved.items():
-                store._params[name].copy_(value)
-        # Adam's moments move to their parameters' device as it loads; its step counts stay on
-        # the CPU, as torch keeps them.
-        self.optim.load_state_dict(tree_codec.decode(skeleton["optim"], arrays, torch.as_tensor))
-        self.rng_state = tree_codec.decode(skeleton["rng"], arrays, torch.as_tensor)
-        self.updates = int(skeleton.get("updates", 0))  # absent from checkpoints before schedules
+def _tensors(tree):
+    """``tree`` with its numpy arrays as torch tensors (on the CPU)."""
+    if isinstance(tree, dict):
+        return {k: _tensors(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(_tensors(v) for v in tree)
+    return torch.as_tensor(tree) if isinstance(tree, np.ndarray) else tree
 
 
 def as_params(params: dict, device, dtype: str) -> dict:

@@ -42,6 +42,40 @@ def decode(skeleton, arrays: dict, from_numpy):
     return skeleton["value"]
 
 
+def as_numpy(value) -> np.ndarray:
+    """A backend array as numpy, whatever its backend: a torch tensor (detached, on the host),
+    a JAX or numpy array."""
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def place_like(saved, fresh):
+    """The decoded tree ``saved`` with each numpy array put where the array at its place in
+    ``fresh`` is (a torch tensor on its device, a JAX array on its device or sharding), and each
+    sequence of ``fresh``'s type (a named tuple of a kernel's state); arrays at places ``fresh``
+    does not have (a part that grows as a run goes: an optimiser's moments, a sampler's draws)
+    stay numpy."""
+    if isinstance(saved, dict):
+        like = fresh if isinstance(fresh, dict) else {}
+        return {k: place_like(v, like.get(k)) for k, v in saved.items()}
+    if isinstance(saved, list | tuple):
+        like = fresh if isinstance(fresh, list | tuple) and len(fresh) == len(saved) else ()
+        items = [place_like(v, like[i] if like else None) for i, v in enumerate(saved)]
+        if like and isinstance(like, tuple) and hasattr(like, "_fields"):
+            return type(like)(*items)
+        return type(like)(items) if like else type(saved)(items)
+    if not isinstance(saved, np.ndarray) or fresh is None or isinstance(fresh, np.ndarray):
+        return saved
+    if hasattr(fresh, "new_tensor"):  # torch: same device (dtypes are checked equal)
+        return fresh.new_tensor(saved)
+    if hasattr(fresh, "sharding"):  # JAX: committed where the fresh array is
+        import jax
+
+        return jax.device_put(saved, fresh.sharding)
+    return saved
+
+
 _NODES = ("dict", "list", "tuple", "array", "value")
 
 

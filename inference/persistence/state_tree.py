@@ -1,0 +1,113 @@
+"""What a checkpoint holds of an algorithm's state: the fields its class names in
+``saved_fields`` (arrays, a step count, small plain values), one tree through ``tree_codec``.
+
+A state is a value: the fields that change as it steps, the run's own settings, and a ``bound``
+object that ``init`` makes (the problem, the backend's engine and compiled functions), which is
+never saved. A checkpoint is restored into a fresh state from ``init``: the saved fields replace
+the fresh ones, each array put where the fresh state's array at its place is. Files written
+before this layout are read by ``older_states``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+
+from inference.backends import tree_codec
+from inference.persistence import older_states
+from inference.persistence.checkpoint import CheckpointError
+
+#: The key of a state's skeleton in this layout: ``{"fields": {name: encoded field}}``.
+FIELDS = "fields"
+
+
+def is_value(state) -> bool:
+    """Whether ``state`` names the fields a checkpoint holds (``saved_fields``)."""
+    return isinstance(getattr(type(state), "saved_fields", None), tuple)
+
+
+def saved_part(state) -> dict:
+    return {name: getattr(state, name) for name in type(state).saved_fields}
+
+
+def save(state) -> tuple[dict, dict[str, np.ndarray]]:
+    """``(JSON-able skeleton, arrays)`` of the saved fields of ``state``; each field's arrays
+    are stored under its name."""
+    unsaveable = getattr(state, "unsaveable", None)
+    if unsaveable:
+        raise ValueError(unsaveable)
+    arrays: dict = {}
+    fields = {
+        name: tree_codec.encode(value, tree_codec.as_numpy, arrays, name)
+        for name, value in saved_part(state).items()
+    }
+    return {FIELDS: fields}, arrays
+
+
+def read(skeleton, arrays: dict, fresh) -> dict:
+    """The saved fields (numpy arrays) of a checkpoint's state, in this layout or an older one;
+    ``fresh`` is this run's state from ``init``."""
+    if isinstance(skeleton, dict) and FIELDS in skeleton:
+        # An array missing from a damaged file reads as None, for ``check`` to name its place.
+        present = collections.defaultdict(lambda: None, arrays)
+        return {
+            name: tree_codec.decode(node, present, lambda a: a)
+            for name, node in skeleton[FIELDS].items()
+        }
+    return older_states.read(skeleton, arrays, saved_part(fresh))
+
+
+def _places(tree, place: str, out: dict, empty: set) -> None:
+    """The arrays of ``tree`` by their place (fields by name, dict keys and sequence items in
+    brackets), and the places of its empty containers (a part that grows as the run goes)."""
+    if isinstance(tree, dict):
+        if not tree:
+            empty.add(place)
+        for key, value in tree.items():
+            _places(value, f"{place}[{key!r}]" if place else str(key), out, empty)
+    elif isinstance(tree, list | tuple):
+        if not tree:
+            empty.add(place)
+        for i, value in enumerate(tree):
+            _places(value, f"{place}[{i}]", out, empty)
+    elif tree is not None and not isinstance(tree, bool | int | float | str):
+        out[place] = tree_codec.as_numpy(tree)
+
+
+def check(path, fresh, tree: dict) -> None:
+    """Every array of this run's state is in the checkpoint with its dtype and shape, and the
+    checkpoint holds no array this run's state has no place for (outside a part that grows), so
+    that a damaged or foreign file is refused here, not steps later far from the cause."""
+    expected, empty, found = {}, set(), {}
+    _places(saved_part(fresh), "", expected, empty)
+    _places(tree, "", found, set())
+    unknown = sorted(set(tree) - set(type(fresh).saved_fields))
+    if unknown:
+        raise CheckpointError(f"Checkpoint {path!r} holds state fields {unknown} this run lacks.")
+    for place, like in expected.items():
+        if place not in found:
+            raise CheckpointError(f"Checkpoint {path!r} lacks the state's array {place!r}.")
+        got = found[place]
+        if got.dtype != like.dtype or got.shape != like.shape:
+            raise CheckpointError(
+                f"Checkpoint {path!r} holds the state's array {place!r} with shape "
+                f"{got.shape} and dtype {got.dtype}; this run's has shape {like.shape} and "
+                f"dtype {like.dtype}."
+            )
+    for place in found:
+        grows = any(place.startswith(f"{e}[") for e in empty)
+        if place not in expected and not grows:
+            raise CheckpointError(
+                f"Checkpoint {path!r} holds an array {place!r} that this run's state has no "
+                "place for."
+            )
+
+
+def restore(fresh, tree: dict):
+    """``fresh`` (a state from ``init``) with the saved fields ``tree`` put back."""
+    like = saved_part(fresh)
+    return dataclasses.replace(
+        fresh, **{name: tree_codec.place_like(value, like[name]) for name, value in tree.items()}
+    )
