@@ -138,7 +138,7 @@ def test_kl_weight_schedule():
         num_steps=1000,
     )  # fmt: skip
     state = svi.init(problem, svi.options({}))
-    np.testing.assert_allclose([state.schedule(s) for s in (0, 100, 500)], [0.05, 0.5, 0.5])
+    np.testing.assert_allclose([state.bound.schedule(s) for s in (0, 100, 500)], [0.05, 0.5, 0.5])
 
 
 # ------------------------------------------------------------------------------ objectives
