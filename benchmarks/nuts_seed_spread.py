@@ -147,7 +147,7 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=5, help="NUTS seeds 0, 1, ..., this - 1")
     parser.add_argument("--backends", default="pyro,numpyro", help="of CAVI, EM and SVI")
     parser.add_argument(
-        "--guides", help="SVI's guides, comma-separated (default: the model's every guide)"
+        "--algorithms", default="cavi,em,svi", help="of the fits measured (the example's)"
     )
     parser.add_argument(
         "--no-perturbed", action="store_true", help="leave out the run on the data moved by 1 ulp"
@@ -164,8 +164,10 @@ def main(argv=None):
     train, test = gmm["make_data"](settings)
     fits, accuracy_model = gmm["settings"](settings, test)
     num_samples = accuracy_model["num_samples"]
-    if args.guides:
-        fits["guides"] = tuple(args.guides.split(","))
+    fits["algorithms"] = tuple(args.algorithms.split(","))
+    fits["num_steps"] = {a: n for a, n in fits["num_steps"].items() if a in fits["algorithms"]}
+    if "svi" not in fits["algorithms"]:
+        del fits["jit"]  # SVI's option: compare refuses an option that no run takes
 
     # The fits do not depend on NUTS: once, without a reference; each seed's measures them.
     fitted = inference.compare("bayesian_gmm", train, **fits, **accuracy_model)
