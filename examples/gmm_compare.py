@@ -20,6 +20,10 @@ Commands::
 NUTS runs on NumPyro by default: Pyro's NUTS takes minutes per hundred iterations on this
 model (each gradient re-runs the enumerated model in Python), so its row is opt-in. The first
 backend of ``--nuts-backends`` gives the reference.
+
+The accuracy figures depend on NUTS's chains, which are chaotic: another CPU (another vector
+width, another BLAS) changes them as much as another ``--nuts-seed`` does.
+``benchmarks/nuts_seed_spread.py`` measures by how much.
 """
 
 from __future__ import annotations
