@@ -14,11 +14,16 @@ Commands::
 
     python examples/gmm_compare.py             # the full comparison on the built-in data
     python examples/gmm_compare.py --nuts-backends numpyro,pyro   # NUTS rows on both backends
+    python examples/gmm_compare.py --nuts-seed 1   # NUTS's chains from another seed, same data
     python examples/gmm_compare.py --quick     # seconds: a smoke run (tests run this)
 
 NUTS runs on NumPyro by default: Pyro's NUTS takes minutes per hundred iterations on this
 model (each gradient re-runs the enumerated model in Python), so its row is opt-in. The first
 backend of ``--nuts-backends`` gives the reference.
+
+The accuracy figures depend on NUTS's chains, which are chaotic: another CPU (another vector
+width, another BLAS) changes them as much as another ``--nuts-seed`` does.
+``benchmarks/nuts_seed_spread.py`` measures by how much.
 """
 
 from __future__ import annotations
@@ -130,7 +135,7 @@ def write_table(table, out, name):
         f.write(table.to_json())
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a few steps of each, for tests")
     parser.add_argument("--n", type=int, default=1000, help="training points (same again held out)")
@@ -141,7 +146,7 @@ def main(argv=None):
         default=None,
         help="SVI's step cap (default: SVI's own, with its stopping rule and decaying lr)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="of the data and of every run")
     parser.add_argument("--backends", default="pyro,numpyro", help="of CAVI, EM and SVI")
     parser.add_argument(
         "--accuracy-K", type=int, default=4, help="components of the accuracy comparison"
@@ -155,16 +160,34 @@ def main(argv=None):
     parser.add_argument("--nuts-warmup", type=int, default=500)
     parser.add_argument("--nuts-draws", type=int, default=500, help="draws per chain")
     parser.add_argument("--nuts-max-tree-depth", type=int, default=10)
+    parser.add_argument(
+        "--nuts-seed",
+        type=int,
+        default=None,
+        help="seed of the NUTS chains alone (default: --seed); the data and the other runs "
+        "keep --seed's",
+    )
     parser.add_argument("--out", default="outputs/gmm_compare")
     args = parser.parse_args(argv)
     if args.quick:
         args.n, args.svi_steps = 200, 30
         args.nuts_chains, args.nuts_warmup, args.nuts_draws = 2, 30, 30
         args.nuts_max_tree_depth = 4
+    if args.nuts_seed is None:
+        args.nuts_seed = args.seed
+    return args
 
+
+def make_data(args):
+    """The training and held-out points, both drawn from ``--seed``."""
     spec = zoo.get_model("bayesian_gmm")
     rng = np.random.default_rng(args.seed)
-    train, test = spec.make_data(rng, args.n), spec.make_data(rng, args.n)
+    return spec.make_data(rng, args.n), spec.make_data(rng, args.n)
+
+
+def settings(args, test):
+    """``(fits, accuracy_model)``: the options of the CAVI, EM and SVI runs of both comparisons,
+    and the accuracy comparison's model and scoring options (with the fits' or NUTS's)."""
     common = dict(test_data=test, seeds=(args.seed,), num_samples=100 if args.quick else 1000)
     # CAVI, EM and SVI, as both comparisons run them. jit=True: Pyro's SVI runs its compiled
     # ELBO, about twice as fast per step and the same numbers (NumPyro always compiles).
@@ -174,6 +197,46 @@ def main(argv=None):
         num_steps={"cavi": 500, "em": 500, **({"svi": args.svi_steps} if args.svi_steps else {})},
         jit=True,
     )
+    # Accuracy against NUTS, where NUTS converges: as many components as clusters and a
+    # symmetric Dirichlet prior. (With surplus stick-breaking components the chains disagree
+    # on which components the data fill, and r-hat says so.)
+    accuracy_model = dict(K=args.accuracy_K, weight_prior="dirichlet_distribution", **common)
+    return fits, accuracy_model
+
+
+def sample_reference(train, args, accuracy_model):
+    """The NUTS rows of the accuracy comparison; the first (on the first of --nuts-backends) is
+    the reference. Their chains are seeded by --nuts-seed, and nothing else is."""
+    return inference.compare(
+        "bayesian_gmm",
+        train,
+        algorithms=("nuts",),
+        backends=tuple(args.nuts_backends.split(",")),
+        reference="nuts",
+        num_chains=args.nuts_chains,
+        num_warmup=args.nuts_warmup,
+        num_draws=args.nuts_draws,
+        max_tree_depth=args.nuts_max_tree_depth,
+        **{**accuracy_model, "seeds": (args.nuts_seed,)},
+    )
+
+
+def diagnostics(reference) -> dict:
+    """The reference's largest r-hat, smallest bulk ESS (over every scalar parameter) and
+    divergent transitions."""
+    summary = az.summary(reference.to_arviz(), kind="diagnostics")
+    return {
+        "largest_r_hat": float(summary["r_hat"].max()),
+        "smallest_bulk_ess": float(summary["ess_bulk"].min()),
+        "divergences": int(reference.sample_stats["diverging"].sum()),
+    }
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    train, test = make_data(args)
+    fits, accuracy_model = settings(args, test)
+    common = {k: accuracy_model[k] for k in ("test_data", "seeds", "num_samples")}
     os.makedirs(args.out, exist_ok=True)
 
     # Speed and objectives: more components than clusters, a stick-breaking prior.
@@ -189,33 +252,19 @@ def main(argv=None):
     table.plot(os.path.join(args.out, "objective_vs_time.png"))
     plot_ellipses(table, train["x"], os.path.join(args.out, "ellipses.png"))
 
-    # Accuracy against NUTS, where NUTS converges: as many components as clusters and a
-    # symmetric Dirichlet prior. (With surplus stick-breaking components the chains disagree
-    # on which components the data fill, and r-hat says so.) NUTS runs first: its run on the
-    # first of --nuts-backends is the reference of every row.
-    model = dict(K=args.accuracy_K, weight_prior="dirichlet_distribution", **common)
-    sampled = inference.compare(
-        "bayesian_gmm",
-        train,
-        algorithms=("nuts",),
-        backends=tuple(args.nuts_backends.split(",")),
-        reference="nuts",
-        num_chains=args.nuts_chains,
-        num_warmup=args.nuts_warmup,
-        num_draws=args.nuts_draws,
-        max_tree_depth=args.nuts_max_tree_depth,
-        **model,
-    )
+    # Accuracy against NUTS. NUTS runs first: its run on the first of --nuts-backends is the
+    # reference of every row.
+    sampled = sample_reference(train, args, accuracy_model)
     reference = sampled.results[0]
-    summary = az.summary(reference.to_arviz(), kind="diagnostics")
-    divergences = int(reference.sample_stats["diverging"].sum())
+    found = diagnostics(reference)
     print(sampled.to_markdown())
     print(
-        f"reference: NUTS on {reference.backend}, largest r-hat {summary['r_hat'].max():.3f}, "
-        f"smallest bulk ESS {summary['ess_bulk'].min():.0f}, {divergences} divergences",
+        f"reference: NUTS on {reference.backend}, largest r-hat {found['largest_r_hat']:.3f}, "
+        f"smallest bulk ESS {found['smallest_bulk_ess']:.0f}, {found['divergences']} "
+        "divergences",
         flush=True,  # the NUTS rows are ready minutes before the rest of the accuracy table
     )
-    fitted = inference.compare("bayesian_gmm", train, reference=reference, **fits, **model)
+    fitted = inference.compare("bayesian_gmm", train, reference=reference, **fits, **accuracy_model)
     accuracy_table = Comparison(
         rows=fitted.rows + sampled.rows, results=fitted.results + sampled.results
     )

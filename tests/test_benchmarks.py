@@ -238,3 +238,88 @@ def test_code_shape_counts_code_lines_and_parameters(tmp_path):
     figures = script["shape"](BENCHMARKS.parent / "inference", 3)
     assert figures["functions"] > 100 and len(figures["longest"]) == 3
     assert script["contract"]()["abstract"] >= 4
+
+
+def test_nuts_seed_spread_quick(tmp_path):
+    """Two NUTS seeds and the run on the data moved by one ulp, at the example's quick sizes
+    (CAVI and EM on Pyro: SVI's fits and scoring took most of a minute). The seed-0 figures are
+    the example's: the benchmark measures as ``compare(..., reference=...)`` does."""
+    import numpy as np
+
+    import inference
+    from inference.compare import Comparison
+
+    path, tables = tmp_path / "spread.json", tmp_path / "tables"
+    argv = ["--quick", "--backends", "pyro", "--algorithms", "cavi,em", "--seeds", "2"]
+    out = run_benchmark("nuts_seed_spread", [*argv, "--tables", str(tables), "--json", str(path)])
+    rows = out["summary"]["rows"]
+    assert set(rows) == {"cavi pyro", "em pyro", "nuts numpyro"}
+    assert set(rows["em pyro"]) == {"mean_error_sd", "mean_error_sd_median"}  # a point: no sds
+    assert set(rows["nuts numpyro"]) == {"heldout_log_pred_per_point"}  # its own reference
+    for columns in rows.values():
+        for s in columns.values():
+            assert s["min"] <= s["seed_0"] <= s["max"] and s["spread"] == s["max"] - s["min"]
+    assert [r["divergences"] >= 0 for r in out["references"]] == [True, True]
+    # Another seed gives another posterior sample; a last-bit change of the data starts tiny.
+    distances = out["nuts_distances"]
+    assert distances["seed 0's against seed 1's"]["mean_error_sd"] > 0.01
+    moved = distances["seed 0's against seed 0's on the moved data"]["mean_error_sd"]
+    assert 0 < moved < 0.01
+    assert json.loads(path.read_text())["nuts_distances"] == distances
+
+    # The example's accuracy table at seed 0, its CAVI and EM rows measured by compare itself.
+    gmm = runpy.run_path(str(BENCHMARKS.parent / "examples" / "gmm_compare.py"))
+    settings = gmm["parse_args"](["--quick", "--backends", "pyro"])
+    train, test = gmm["make_data"](settings)
+    _, model = gmm["settings"](settings, test)
+    reference = gmm["sample_reference"](train, settings, model).results[0]
+    closed_form = dict(algorithms=("cavi", "em"), backends=("pyro",))
+    closed_form["num_steps"] = {"cavi": 500, "em": 500}
+    table = inference.compare("bayesian_gmm", train, reference=reference, **closed_form, **model)
+    seed0 = json.loads((tables / "accuracy_seed0.json").read_text())
+    seed0 = {(r["algorithm"], r["backend"]): r for r in seed0}
+    for row in table.rows:
+        mine = seed0[row["algorithm"], row["backend"]]
+        for column, _ in Comparison.ACCURACY_COLUMNS:
+            assert np.array_equal(mine[column], row[column], equal_nan=True), column
+        assert rows[f"{row['algorithm']} pyro"]["mean_error_sd"]["seed_0"] == row["mean_error_sd"]
+
+
+def test_same_figures_tells_identical_from_different(tmp_path, capsys):
+    script = runpy.run_path(str(BENCHMARKS / "same_figures.py"), run_name="same_figures")
+    rows = [
+        {"algorithm": "cavi", "backend": "pyro", "objective_per_point": -3.976, "steps": 67,
+         "sd_ratio_median": 0.99, "wall_time_s": 0.038},
+        {"algorithm": "em", "backend": "pyro", "objective_per_point": -3.7528, "steps": "4 x 10",
+         "sd_ratio_median": float("nan"), "wall_time_s": 0.024},
+    ]  # fmt: skip
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "table.json").write_text(json.dumps(rows))
+    (a / "only_here.json").write_text("[]")
+    # Other timings, the same figures (NaN included): identical.
+    other = [{**r, "wall_time_s": r["wall_time_s"] * 2} for r in rows]
+    (b / "table.json").write_text(json.dumps(other))
+    out = script["main"]([str(a), str(b)])
+    assert out["identical"] and set(out["tables"]) == {"table.json"}
+    report = out["tables"]["table.json"]
+    timing = {"rows": 2, "differ": 2, "largest_relative": 0.5, "timing": True}
+    assert report["wall_time_s"] == timing
+    assert report["sd_ratio_median"]["differ"] == 0
+    assert "every figure but the timings identical" in capsys.readouterr().out
+    # One figure moved by its last bit, one text figure changed.
+    other[1]["objective_per_point"] = math.nextafter(-3.7528, 0)
+    other[1]["steps"] = "4 x 11"
+    (b / "table.json").write_text(json.dumps(other))
+    out = script["main"]([str(a / "table.json"), str(b / "table.json")])
+    report = out["tables"]["table.json"]
+    assert not out["identical"]
+    assert report["objective_per_point"]["differ"] == 1
+    assert 0 < report["objective_per_point"]["largest_relative"] < 1e-15
+    assert report["steps"] == {"rows": 2, "differ": 1, "largest_relative": None, "timing": False}
+    assert "FIGURES DIFFER" in capsys.readouterr().out
+    # Rows of other runs, or in another order, are not compared.
+    (b / "table.json").write_text(json.dumps(rows[::-1]))
+    with pytest.raises(ValueError, match="Row 0"):
+        script["main"]([str(a), str(b)])
