@@ -270,12 +270,11 @@ def fit(
     callback : callable(step, state, info), optional
         Runs after each step (raise to stop).
     **options :
-        The algorithm's own options (``get_algorithm(name).Options``: for ``svi`` the guide,
-        ``lr``, ``num_particles``, ``temperature``, ``batch_size``, ``elbo``,
-        ``dynamic_binarization``, ``data_parallel``, ``jit``; for ``svi-natural``
-        ``step_size`` and ``batch_size``), and the model's own (the parameters of its
-        ``prepare``; for ``bayesian_gmm``: ``K``, ``weight_prior``, priors). An option that
-        neither takes, or that the fit would ignore, is an error.
+        The algorithm's own options, each declared, checked and described in one place, its
+        ``Options`` record (``get_algorithm("svi").Options`` is ``SVIOptions``: ``guide``,
+        ``lr``, ``num_particles``, ...; ``zoo algorithms`` lists them all), and the model's own
+        (the parameters of its ``prepare``; for ``bayesian_gmm``: ``K``, ``weight_prior``,
+        priors). An option that neither takes, or that the fit would ignore, is an error.
 
     Returns
     -------

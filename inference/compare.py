@@ -232,7 +232,7 @@ class Comparison:
             label = (
                 f"{row['algorithm']}{'-' + row['guide'] if row['guide'] else ''} ({row['backend']})"
             )
-            if row["guide"] and get_model(model).guide_kind(row["guide"], row["backend"]).relaxed:
+            if row["guide"] and res.spec.guide_kind(row["guide"], row["backend"]).relaxed:
                 label += ", relaxed ELBO"
             ax.plot(_time_after_warmup(res), y, label=label, lw=1.5)
         ax.set_xscale("log")

@@ -15,6 +15,7 @@ import pytest
 import inference
 import zoo
 from inference.backends import numpyro_backend
+from inference.backends.svi_setup import SVISetup
 
 #: A fit's parameters and last objectives as the code that compiled every fit afresh gave them
 #: (the first values of each array), to check that the compiled functions compute the same.
@@ -157,13 +158,9 @@ def line_engine(start, data=None, own_loc=None):
         line_guide(start, own_loc),
         {"x": jnp.arange(4.0) if data is None else data},
         LineConfig(scale=2.0, offset=jnp.zeros(())),
-        elbo="trace",
-        lr=0.1,
-        num_particles=1,
-        seed=0,
-        device=device,
-        compile_key=("line", "test"),
-        start=start,
+        SVISetup(
+            elbo="trace", lr=0.1, seed=0, device=device, compile_key=("line", "test"), start=start
+        ),
     )
 
 
@@ -213,6 +210,7 @@ import json, sys
 import numpy as np
 import inference, zoo
 from inference.backends import numpyro_backend
+from inference.backends.svi_setup import SVISetup
 data = {"x": zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 100)["x"]}
 res = inference.fit("bayesian_gmm", data, "svi", "numpyro", K=3, num_steps=20, seed=1,
                     guide=sys.argv[1], progress=False, lr=0.05, tol=0)

@@ -41,6 +41,7 @@ from inference import learning_rate, streaming
 from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
 from inference.algorithms.closed_form import start_values
 from inference.backends import get_backend
+from inference.backends.svi_setup import SVISetup
 from inference.minibatch import EpochBatches, binarize, check_grey_levels
 from zoo.memory import available_memory, check_fits
 
@@ -383,25 +384,20 @@ class SVI(Algorithm):
         enumerated = kind.enumerated
         if enumerated:
             _check_enumerable(back.NAME, config, guide)
-        engine = back.SVIEngine(
-            model,
-            guide_fn,
-            data,
-            config,
+        setup = SVISetup.from_options(
+            options,
             elbo="enum" if enumerated else _objective(kind, options.elbo),
             lr=lr,
-            num_particles=int(options.num_particles),
             seed=problem.seed,
             device=problem.device,
             init_temperature=None if schedule is None else schedule(0),
-            data_parallel=bool(options.data_parallel),
             batch_rows=batch_rows,
-            jit=bool(options.jit),
             # The fits this one's compiled functions serve: same model, guide and data plate.
             compile_key=(spec.name, spec.backends[back.NAME], guide, bound_num_data),
             start=start,
             persist=spec.built_in,
         )
+        engine = back.SVIEngine(model, guide_fn, data, config, setup)
         grey = None
         if options.dynamic_binarization:
             grey = {k: check_grey_levels(problem.given[k]) for k in _binary_keys(spec)}
@@ -479,7 +475,9 @@ class SVI(Algorithm):
 
 
 def _record(options: SVIOptions, problem: Problem, guide: str) -> dict:
-    """The options as a result and a checkpoint record them."""
+    """The options as a result and a checkpoint record them: those every result has recorded,
+    then any other option (``jit``, ``data_parallel``, an option added later) only where it is
+    not its default, so that checkpoints written before it existed still resume."""
     out = {
         "lr": learning_rate.record(options.lr),
         "num_particles": int(options.num_particles),
@@ -490,11 +488,12 @@ def _record(options: SVIOptions, problem: Problem, guide: str) -> dict:
         "num_steps": problem.num_steps,
         "dynamic_binarization": bool(options.dynamic_binarization),
     }
-    # Recorded only when on, so checkpoints written before these options still resume.
-    if options.jit:
-        out["jit"] = True
-    if options.data_parallel:
-        out["data_parallel"] = True
+    for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        if isinstance(field.default, bool):
+            value = bool(value)
+        if field.name not in out and value != field.default:
+            out[field.name] = value
     return out
 
 
@@ -577,19 +576,21 @@ def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
     params = dict(result.raw_params)
     if elbo == "enum":
         _check_enumerable(back.NAME, config, guide)
-    return back.SVIEngine(
-        spec.build_model(back.NAME, config, params),
-        spec.twin(back.NAME).make_guide(guide, config, params),
-        {k: back.asarray(v, device, dtype) for k, v in spec.validate_data(data).items()},
-        config,
+    setup = SVISetup(
         elbo=elbo,
         lr=1e-3,
-        num_particles=1,
         seed=seed,
         device=device,
         compile_key=(spec.name, spec.backends[back.NAME], guide, None),
         start=params,
         persist=spec.built_in,
+    )
+    return back.SVIEngine(
+        spec.build_model(back.NAME, config, params),
+        spec.twin(back.NAME).make_guide(guide, config, params),
+        {k: back.asarray(v, device, dtype) for k, v in spec.validate_data(data).items()},
+        config,
+        setup,
     )
 
 

@@ -28,6 +28,7 @@ from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 from inference import learning_rate  # noqa: E402
 from inference.backends import exported  # noqa: E402
 from inference.backends.sites import data_plate_log_prob  # noqa: E402
+from inference.backends.svi_setup import SVISetup  # noqa: E402
 from zoo import devices  # noqa: E402
 from zoo.array_namespace import JaxOps, convert_config  # noqa: E402
 
@@ -443,33 +444,20 @@ class SVIEngine:
     of XLA's CPU threads is a ``DeviceStallError`` rather than a step that never returns.
     """
 
-    def __init__(
-        self,
-        model,
-        guide,
-        data,
-        config,
-        *,
-        elbo,
-        lr,
-        num_particles,
-        seed,
-        device,
-        init_temperature=None,
-        data_parallel=False,
-        batch_rows=None,
-        jit=True,  # always compiled (jax.jit); the option is Pyro's
-        compile_key=None,
-        start=None,
-        persist=False,
-    ):
+    def __init__(self, model, guide, data, config, setup: SVISetup):
+        elbo, lr, device, batch_rows = setup.elbo, setup.lr, setup.device, setup.batch_rows
+        compile_key, start, init_temperature = (
+            setup.compile_key,
+            setup.start,
+            setup.init_temperature,
+        )
         if elbo == "enum":
             from numpyro.contrib.funsor import config_enumerate
 
             model = config_enumerate(model)
         self.shardings = None
         self._watch = False  # wait for each step through wait_for_step
-        if data_parallel:
+        if setup.data_parallel:
             rows = batch_rows or len(next(iter(data.values())))
             data_sharding, replicated = data_parallel_shardings(rows)
             self.shardings = data_sharding, replicated
@@ -479,7 +467,7 @@ class SVIEngine:
                 data = jax.device_put(data, data_sharding)
             else:
                 data = jax.device_put(data, replicated)  # rows gathered, then split
-        self.loss = make_elbo(elbo, num_particles)
+        self.loss = make_elbo(elbo, int(setup.num_particles))
         self.data, self.config, self.elbo_name, self.device = data, config, elbo, device
         self._arrays = _config_arrays(config)
         placement = device if self.shardings is None else self.shardings[1]
@@ -488,7 +476,7 @@ class SVIEngine:
             key = (
                 compile_key,
                 elbo,
-                int(num_particles),
+                int(setup.num_particles),
                 repr(lr),
                 init_temperature,
                 str(device),
@@ -501,7 +489,9 @@ class SVIEngine:
         compiled = _COMPILED.get(key) if key is not None else None
         if compiled is None:
             # Kept on disk for a model of the zoo's own, on one device (the key then names it).
-            persist_key = repr(key) if persist and key is not None and not data_parallel else None
+            persist_key = (
+                repr(key) if setup.persist and key is not None and not setup.data_parallel else None
+            )
             compiled = _CompiledSVI(
                 model,
                 guide,
@@ -517,7 +507,9 @@ class SVIEngine:
                 _COMPILED[key] = compiled
         self._compiled, self.svi = compiled, compiled.svi
         starts = {k: jax.device_put(np.asarray(v), placement) for k, v in (start or {}).items()}
-        state = compiled.init(jax.random.PRNGKey(seed), data, self._arrays, starts, model, guide)
+        state = compiled.init(
+            jax.random.PRNGKey(setup.seed), data, self._arrays, starts, model, guide
+        )
         # Commit the initial state to the device: the update's outputs are committed, and an
         # uncommitted input would make the second call compile the update again.
         self._initial = jax.device_put(state, placement)

@@ -22,6 +22,7 @@ from pyro.infer import (
 from inference import learning_rate
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
 from inference.backends.sites import data_plate_log_prob
+from inference.backends.svi_setup import SVISetup
 from zoo import devices
 from zoo.array_namespace import TorchOps, convert_config
 from zoo.weights import canonical_name
@@ -178,31 +179,13 @@ class SVIEngine:
     ``all_reduce``), so every process takes the same step as one process on all the rows.
     """
 
-    def __init__(
-        self,
-        model,
-        guide,
-        data,
-        config,
-        *,
-        elbo,
-        lr,
-        num_particles,
-        seed,
-        device,
-        init_temperature=None,
-        data_parallel=False,
-        batch_rows=None,
-        jit=False,
-        compile_key=None,  # NumPyro's: Pyro compiles nothing ahead of a fit
-        start=None,  # already in the model and guide
-        persist=False,  # NumPyro's: nothing compiled to keep
-    ):
+    def __init__(self, model, guide, data, config, setup: SVISetup):
+        elbo, lr, device, jit = setup.elbo, setup.lr, setup.device, setup.jit
         self.data, self.config, self.device = data, config, device
-        self.group_size = torch.distributed.get_world_size() if data_parallel else 1
+        self.group_size = torch.distributed.get_world_size() if setup.data_parallel else 1
         if elbo == "enum":
             model = config_enumerate(model)
-        self.loss = make_elbo(elbo, num_particles, jit=jit)
+        self.loss = make_elbo(elbo, int(setup.num_particles), jit=jit)
         if jit:
             # Pyro's compiled ELBOs rest on torch.jit.trace, which torch now marks deprecated.
             # One process-wide filter for that message: a catch_warnings() around every step
@@ -217,13 +200,17 @@ class SVIEngine:
         self.guide_fn = _positional(guide, self.keys, config)
         pyro.clear_param_store()
         with self._rng():
-            torch.manual_seed(seed)
+            torch.manual_seed(setup.seed)
             if device.type == "cuda":
-                torch.cuda.manual_seed(seed)
+                torch.cuda.manual_seed(setup.seed)
             # Create the parameters now (Pyro makes them lazily), so params() works before step().
             with torch.no_grad():
                 self.loss.loss(
-                    model, guide, data, config, temperature=self._temperature(init_temperature)
+                    model,
+                    guide,
+                    data,
+                    config,
+                    temperature=self._temperature(setup.init_temperature),
                 )
             self.rng_state = self._get_rng()
         store = pyro.get_param_store()
