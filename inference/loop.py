@@ -47,7 +47,19 @@ def progress_bar(total: int, show: bool, *, desc: str = "", initial: int = 0):
         initial=initial,
         desc=_bar_label.get() or desc,
         disable=None if show else True,
+        **bar_size(sys.stderr),
     )
+
+
+def bar_size(stream) -> dict:
+    """tqdm's own measure of the terminal (no keywords), unless ``stream`` is a terminal that
+    reports no size, as a pseudo-terminal made without one does (``script``, some CI runners):
+    tqdm would then draw an empty bar and hide it below row 0, so 100 columns and 24 rows."""
+    try:
+        columns, rows = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # not a terminal, or no file descriptor
+        return {}
+    return {} if columns > 0 and rows > 0 else {"ncols": columns or 100, "nrows": rows or 24}
 
 
 def count_first_step(bar, done: int) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 import inference
 import zoo
+from inference import loop
 from inference.api import model_options
 from inference.compare import Comparison
 from inference.registry import first_supporting, list_algorithms
@@ -502,3 +503,25 @@ def test_fit_model_help_answers_at_once_without_the_backends():
     assert line.startswith("0 [] "), line
     assert float(line.rsplit(" ", 1)[-1]) < 1.0, line
     assert "--K INT" in done.stdout and "--weight-prior" in done.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs pseudo-terminals (POSIX)")
+def test_a_terminal_that_reports_no_size_still_shows_the_bar(monkeypatch):
+    """A pseudo-terminal made without a size (``script``, some CI runners) reports 0 columns,
+    and 0 rows, on which tqdm would draw an empty bar and hide it: the bar then takes 100
+    columns of 24 rows."""
+    main, follower = os.openpty()
+    try:
+        stream = os.fdopen(follower, "w", closefd=False)
+        assert os.get_terminal_size(follower).columns == 0
+        monkeypatch.setattr(sys, "stderr", stream)
+        bar = loop.progress_bar(10, True, desc="a run")
+        bar.update(5)
+        bar.close()
+        stream.flush()
+        os.set_blocking(main, False)
+        assert "a run:  50%" in os.read(main, 65536).decode()
+    finally:
+        os.close(main)
+        os.close(follower)
+    assert loop.bar_size(io.StringIO()) == {}  # not a terminal: tqdm decides
