@@ -113,6 +113,7 @@ def main(argv=None):
             batch_size=batch,
             num_steps=num_steps,
             step_size=tuple(args.step_size),
+            tol=0,  # the number of steps asked for: the curve is read at fixed steps
             callback=record,
             **common,
         )

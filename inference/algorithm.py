@@ -68,6 +68,9 @@ class Traits:
         The precision a fit uses when neither the caller nor the model names one.
     advice : str
         What to try when its objective turns non-finite (the model adds its own).
+    slow_advice : str, optional
+        What to try when a run used all its steps before its stopping rule was met (default:
+        raise ``num_steps`` or ``tol``, and for a stochastic objective lower the learning rate).
     short_run : callable, optional
         ``num_steps -> fit arguments`` of a short run of about ``num_steps`` steps (the
         conformance suite's), where ``{"num_steps": num_steps}`` does not suit (a sampler's
@@ -85,6 +88,7 @@ class Traits:
     dtype: str = "float64"
     advice: str = ""
     short_run: Callable[[int], dict] | None = None
+    slow_advice: str | None = None
 
 
 @dataclass

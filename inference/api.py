@@ -378,9 +378,7 @@ def fit(
         )
     result = final_result(results, state, history, converged)
     result.timing["wall"] = time.perf_counter() - started
-    _warn_unconverged(
-        settings.alg, settings.spec, settings.back.NAME, result, settings.num_steps, settings.tol
-    )
+    _warn_unconverged(settings, result, _rule_start(settings.alg, state))
     return result
 
 
@@ -759,11 +757,18 @@ def declared_defaults(alg, spec, given: dict, num_steps, tol) -> dict:
     }
 
 
-def _warn_unconverged(alg, spec, backend: str, result, num_steps: int, tol) -> None:
+def _rule_start(alg, state) -> int:
+    """The step from which a stochastic objective's stopping rule counts (SVI's last
+    learning-rate stage); 0 for an exact objective."""
+    return (state_fact(alg, state, "rule_start") or 0) if alg.traits.stochastic else 0
+
+
+def _warn_unconverged(settings: _Settings, result, rule_start: int = 0) -> None:
     """A :class:`~inference.convergence.ConvergenceWarning` for a run that used all of its
     ``num_steps`` without meeting its stopping rule (none for ``tol`` None or 0: a fixed number
     of steps was asked for), and for a sampler whose draws fail their diagnostics."""
-    run_name = f"{alg.name} on {spec.name!r} ({backend}" + (
+    alg, spec, num_steps, tol = settings.alg, settings.spec, settings.num_steps, settings.tol
+    run_name = f"{alg.name} on {spec.name!r} ({settings.back.NAME}" + (
         f", guide {result.guide!r})" if result.guide else ")"
     )
     if alg.traits.estimate == "draws":
@@ -781,16 +786,21 @@ def _warn_unconverged(alg, spec, backend: str, result, num_steps: int, tol) -> N
     ran_out = result.num_steps >= num_steps
     if result.converged or not tol or not ran_out:
         return
-    advice = (
+    advice = getattr(alg.traits, "slow_advice", None) or (
         "Raise num_steps, or lower the learning rate (lr), or raise tol."
         if alg.traits.stochastic
         else "Raise num_steps or tol."
     )
-    warnings.warn(
-        convergence.unconverged_message(run_name, num_steps, tol, alg.traits.stochastic, advice),
-        convergence.ConvergenceWarning,
-        stacklevel=4,
+    window, too_short = alg.traits.window, ""
+    if alg.traits.stochastic and result.num_steps - rule_start < 2 * window:
+        too_short = (
+            f"it compares the mean objective over the last {window} steps with the {window} "
+            f"before" + (f", from step {rule_start:,} on" if rule_start else "")
+        )
+    message = convergence.unconverged_message(
+        run_name, num_steps, tol, alg.traits.stochastic, advice, too_short
     )
+    warnings.warn(message, convergence.ConvergenceWarning, stacklevel=4)
 
 
 def _validation(settings: _Settings, problem, state, results, stopping) -> tuple:

@@ -83,16 +83,22 @@ def converged(alg, objectives, tol: float | None, num_data: int, start: int = 0)
     return exact_converged(objectives, tol, num_data)
 
 
-def unconverged_message(run: str, num_steps: int, tol: float, stochastic: bool, advice: str):
-    """What a :class:`ConvergenceWarning` says about a run that stopped at ``num_steps``."""
-    rule = (
-        "its smoothed objective was still rising by more than tol"
-        if stochastic
-        else "its objective still changed by more than tol"
-    )
+def unconverged_message(
+    run: str, num_steps: int, tol: float, stochastic: bool, advice: str, too_short: str = ""
+):
+    """What a :class:`ConvergenceWarning` says about a run that stopped at ``num_steps``;
+    ``too_short`` says why the stopping rule could not be checked, if it could not."""
+    if too_short:
+        reason = f"too few steps to check its stopping rule: {too_short}"
+    elif stochastic:
+        reason = (
+            f"its smoothed objective was still rising by more than tol={tol:g} nats per data point"
+        )
+    else:
+        reason = f"its objective still changed by more than tol={tol:g} nats per data point"
     return (
-        f"{run} stopped at num_steps={num_steps} before converging ({rule}={tol:g} nats per "
-        f"data point). {advice} Pass tol=0 to run a fixed number of steps without this warning."
+        f"{run} stopped at num_steps={num_steps} before converging ({reason}). {advice} Pass "
+        "tol=0 to run a fixed number of steps without this warning."
     )
 
 

@@ -41,6 +41,8 @@ def test_a_run_cut_short_warns_and_is_not_converged(blobs, algorithm, backend):
     message = str(caught[0].message)
     assert algorithm in message and "'bayesian_gmm'" in message and backend in message
     assert "num_steps=3" in message and "tol=0" in message
+    # A stochastic run of fewer than two windows could not check its rule, and says so.
+    assert ("too few steps to check its stopping rule" in message) == (algorithm == "svi")
     # tol=0 asks for a fixed number of steps: no rule, no warning.
     res, caught = _fit_quietly("bayesian_gmm", blobs, algorithm, backend, K=2, num_steps=3, tol=0)
     assert not res.converged and not caught
@@ -128,3 +130,14 @@ def test_a_short_nuts_run_warns(blobs, backend):
     )  # fmt: skip
     assert len(caught) == 1 and "bulk ESS" in str(caught[0].message)
     assert "num_warmup, num_draws" in str(caught[0].message)
+
+
+def test_a_run_long_enough_for_the_rule_says_it_was_still_rising(blobs):
+    """Natural-gradient SVI checks SVI's rule once at 1,000 steps (two windows of 500): a run
+    that ends there unconverged says its objective was still rising, and what to change."""
+    res, caught = _fit_quietly(
+        "bayesian_gmm", blobs, "svi-natural", "numpyro", K=4, step_size=(1.0, 1.0), tol=1e-9
+    )
+    assert not res.converged and res.num_steps == 1000
+    message = str(caught[0].message)
+    assert "still rising by more than tol=1e-09" in message and "a smaller kappa" in message

@@ -123,9 +123,17 @@ class NaturalGradientSVI(Algorithm):
         stochastic=True,
         minibatch=True,
         num_steps=1000,
-        tol=None,
+        # The stopping rule of SVI: the mean ELBO over the last 500 steps less than 1e-4 nats
+        # per point above the 500 before. At the default num_steps it is checked once, at the
+        # end: the run then says whether it converged, and warns if not.
+        tol=1e-4,
+        window=500,
         objective="ELBO",
         advice="Lower the step size (a larger tau or kappa).",
+        slow_advice=(
+            "Raise num_steps, or let the steps shrink more slowly (a smaller kappa in "
+            "step_size=(tau, kappa), above 0.5 on minibatches), or raise tol."
+        ),
     )
 
     def unsupported(self, spec) -> str | None:
