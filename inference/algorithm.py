@@ -254,6 +254,12 @@ def state_fact(alg, state, name: str):
     return method(state) if callable(method) else default
 
 
+def rule_start(alg, state) -> int:
+    """The step from which a stochastic objective's stopping rule counts (SVI's last
+    learning-rate stage, :data:`STATE_FACTS`); 0 for an exact objective."""
+    return state_fact(alg, state, "rule_start") if alg.traits.stochastic else 0
+
+
 def run_record(alg, options, state) -> dict:
     """The options as a result and a checkpoint record them (JSON-able; a checkpoint whose
     record differs belongs to another run): the state's ``record``, else the older contract's

@@ -32,6 +32,7 @@ from inference.algorithm import (
     ignores,
     posterior_family,
     prepare_data,
+    rule_start,
     state_fact,
 )
 from inference.backends import get_backend
@@ -378,7 +379,7 @@ def fit(
         )
     result = final_result(results, state, history, converged)
     result.timing["wall"] = time.perf_counter() - started
-    _warn_unconverged(settings, result, _rule_start(settings.alg, state))
+    _warn_unconverged(settings, result, rule_start(settings.alg, state))
     return result
 
 
@@ -757,13 +758,7 @@ def declared_defaults(alg, spec, given: dict, num_steps, tol) -> dict:
     }
 
 
-def _rule_start(alg, state) -> int:
-    """The step from which a stochastic objective's stopping rule counts (SVI's last
-    learning-rate stage); 0 for an exact objective."""
-    return (state_fact(alg, state, "rule_start") or 0) if alg.traits.stochastic else 0
-
-
-def _warn_unconverged(settings: _Settings, result, rule_start: int = 0) -> None:
+def _warn_unconverged(settings: _Settings, result, start: int = 0) -> None:
     """A :class:`~inference.convergence.ConvergenceWarning` for a run that used all of its
     ``num_steps`` without meeting its stopping rule (none for ``tol`` None or 0: a fixed number
     of steps was asked for), and for a sampler whose draws fail their diagnostics."""
@@ -786,19 +781,14 @@ def _warn_unconverged(settings: _Settings, result, rule_start: int = 0) -> None:
     ran_out = result.num_steps >= num_steps
     if result.converged or not tol or not ran_out:
         return
-    advice = getattr(alg.traits, "slow_advice", None) or (
+    stochastic = alg.traits.stochastic
+    advice = alg.traits.slow_advice or (
         "Raise num_steps, or lower the learning rate (lr), or raise tol."
-        if alg.traits.stochastic
+        if stochastic
         else "Raise num_steps or tol."
     )
-    window, too_short = alg.traits.window, ""
-    if alg.traits.stochastic and result.num_steps - rule_start < 2 * window:
-        too_short = (
-            f"it compares the mean objective over the last {window} steps with the {window} "
-            f"before" + (f", from step {rule_start:,} on" if rule_start else "")
-        )
     message = convergence.unconverged_message(
-        run_name, num_steps, tol, alg.traits.stochastic, advice, too_short
+        run_name, result.num_steps, tol, advice, alg.traits.window if stochastic else None, start
     )
     warnings.warn(message, convergence.ConvergenceWarning, stacklevel=4)
 

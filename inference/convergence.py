@@ -58,12 +58,23 @@ def exact_converged(objectives, tol: float, num_data: int) -> bool:
     return abs(objectives[-1] - objectives[-2]) < tol * num_data
 
 
+#: The default ``tol`` of a stochastic objective's stopping rule (SVI's, natural-gradient SVI's):
+#: nats per data point between the means of two windows.
+STOCHASTIC_TOL = 1e-4
+
+
+def too_few_for_window(count: int, window: int, start: int = 0) -> bool:
+    """Whether ``count`` objectives, counted from index ``start``, are too few to compare two
+    windows of ``window`` steps."""
+    return count - start < 2 * window
+
+
 def window_converged(objectives, tol: float, num_data: int, window: int, start: int = 0) -> bool:
     """Whether the mean of the last ``window`` objectives (summed over ``num_data`` points) is
     less than ``tol`` nats per point above the mean of the ``window`` before, counting only
     objectives from index ``start`` on (a learning rate that is still high leaves a noise floor
     that is not the optimum: the rule waits for its last stage)."""
-    if not tol or len(objectives) - start < 2 * window:
+    if not tol or too_few_for_window(len(objectives), window, start):
         return False
     recent = np.asarray(objectives[-2 * window :], dtype=float) / num_data
     gain = recent[window:].mean() - recent[:window].mean()
@@ -84,13 +95,17 @@ def converged(alg, objectives, tol: float | None, num_data: int, start: int = 0)
 
 
 def unconverged_message(
-    run: str, num_steps: int, tol: float, stochastic: bool, advice: str, too_short: str = ""
+    run: str, num_steps: int, tol: float, advice: str, window: int | None = None, start: int = 0
 ):
     """What a :class:`ConvergenceWarning` says about a run that stopped at ``num_steps``;
-    ``too_short`` says why the stopping rule could not be checked, if it could not."""
-    if too_short:
-        reason = f"too few steps to check its stopping rule: {too_short}"
-    elif stochastic:
+    ``window`` (and the rule's first step ``start``) for a stochastic objective."""
+    if window is not None and too_few_for_window(num_steps, window, start):
+        reason = (
+            f"too few steps to check its stopping rule: it compares the mean objective over the "
+            f"last {window} steps with the {window} before"
+            + (f", from step {start:,} on" if start else "")
+        )
+    elif window is not None:
         reason = (
             f"its smoothed objective was still rising by more than tol={tol:g} nats per data point"
         )

@@ -18,7 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference import convergence
-from inference.algorithm import Algorithm, progress_text, state_fact
+from inference.algorithm import Algorithm, progress_text, rule_start, state_fact
 from inference.backends import tree_codec
 from inference.persistence import checkpoint, state_tree
 from inference.streaming import DataError
@@ -553,7 +553,7 @@ class _Run:
             history["objective"],
             self.length.tol,
             self.length.num_data,
-            state_fact(alg, state, "rule_start") if alg.traits.stochastic else 0,
+            rule_start(alg, state),
         ):
             self.stopped, self.converged = "converged", True
 

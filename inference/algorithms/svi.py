@@ -42,6 +42,7 @@ from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_
 from inference.algorithms.closed_form import start_values
 from inference.backends import get_backend
 from inference.backends.svi_setup import SVISetup
+from inference.convergence import STOCHASTIC_TOL
 from inference.minibatch import EpochBatches, binarize, check_grey_levels
 from zoo.memory import available_memory, check_fits
 
@@ -310,7 +311,7 @@ class SVI(Algorithm):
         stochastic=True,
         minibatch=True,
         num_steps=30_000,
-        tol=1e-4,
+        tol=STOCHASTIC_TOL,
         window=500,
         objective="ELBO",
         advice="Lower the learning rate.",

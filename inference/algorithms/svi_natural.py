@@ -31,6 +31,7 @@ import numpy as np
 from inference import streaming
 from inference.algorithm import Algorithm, Problem, Traits
 from inference.backends import get_backend
+from inference.convergence import STOCHASTIC_TOL
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,10 @@ class NaturalGradientSVI(Algorithm):
         stochastic=True,
         minibatch=True,
         num_steps=1000,
-        # The stopping rule of SVI: the mean ELBO over the last 500 steps less than 1e-4 nats
-        # per point above the 500 before. At the default num_steps it is checked once, at the
-        # end: the run then says whether it converged, and warns if not.
-        tol=1e-4,
-        window=500,
+        # The stopping rule of SVI: the mean ELBO over the last 500 steps (the default window)
+        # less than 1e-4 nats per point above the 500 before. At the default num_steps it is
+        # checked once, at the end: the run then says whether it converged, and warns if not.
+        tol=STOCHASTIC_TOL,
         objective="ELBO",
         advice="Lower the step size (a larger tau or kappa).",
         slow_advice=(

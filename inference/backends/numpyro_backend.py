@@ -446,11 +446,7 @@ class SVIEngine:
 
     def __init__(self, model, guide, data, config, setup: SVISetup):
         elbo, lr, device, batch_rows = setup.elbo, setup.lr, setup.device, setup.batch_rows
-        compile_key, start, init_temperature = (
-            setup.compile_key,
-            setup.start,
-            setup.init_temperature,
-        )
+        start, init_temperature = setup.start or {}, setup.init_temperature
         if elbo == "enum":
             from numpyro.contrib.funsor import config_enumerate
 
@@ -472,9 +468,9 @@ class SVIEngine:
         self._arrays = _config_arrays(config)
         placement = device if self.shardings is None else self.shardings[1]
         key = None
-        if compile_key is not None:
+        if setup.compile_key is not None:
             key = (
-                compile_key,
+                setup.compile_key,
                 elbo,
                 int(setup.num_particles),
                 repr(lr),
@@ -484,7 +480,7 @@ class SVIEngine:
                 batch_rows,
                 exported.signature(data),
                 _config_key(config),
-                exported.signature(start or {}),  # which sites start from given values
+                exported.signature(start),  # which sites start from given values
             )
         compiled = _COMPILED.get(key) if key is not None else None
         if compiled is None:
@@ -506,7 +502,7 @@ class SVIEngine:
             if key is not None:
                 _COMPILED[key] = compiled
         self._compiled, self.svi = compiled, compiled.svi
-        starts = {k: jax.device_put(np.asarray(v), placement) for k, v in (start or {}).items()}
+        starts = {k: jax.device_put(np.asarray(v), placement) for k, v in start.items()}
         state = compiled.init(
             jax.random.PRNGKey(setup.seed), data, self._arrays, starts, model, guide
         )
