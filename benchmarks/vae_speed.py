@@ -27,12 +27,33 @@ from zoo.datasets import load_binarized_mnist
 from zoo.vae.pyro_model import Decoder, Encoder
 
 
-def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed, device="cpu"):
-    """Seconds of each epoch of a plain PyTorch VAE training loop, data and networks on
-    ``device``."""
+def plain_model(config, lr, seed, device="cpu"):
+    """The encoder, decoder and fused Adam of the plain loop, seeded."""
     torch.manual_seed(seed)
     encoder, decoder = Encoder(config).to(device), Decoder(config).to(device)
     optim = torch.optim.Adam([*encoder.parameters(), *decoder.parameters()], lr=lr, fused=True)
+    return encoder, decoder, optim
+
+
+def plain_step(encoder, decoder, optim, batch, data_scale):
+    """One step of the plain loop on ``batch``: the full-data ELBO (the minibatch's terms times
+    ``data_scale = N / batch size``, as the zoo's), its gradient and Adam's update."""
+    loc, scale = encoder(batch)
+    z = loc + scale * torch.randn_like(loc)
+    logits = decoder(z)
+    log_lik = -torch.nn.functional.binary_cross_entropy_with_logits(logits, batch, reduction="sum")
+    kl = 0.5 * (loc**2 + scale**2 - 1 - 2 * torch.log(scale)).sum()
+    loss = -(log_lik - kl) * data_scale
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+    return loss.item()  # read the loss each step, as a training loop that logs it does
+
+
+def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed, device="cpu"):
+    """Seconds of each epoch of a plain PyTorch VAE training loop, data and networks on
+    ``device``."""
+    encoder, decoder, optim = plain_model(config, lr, seed, device)
     x = torch.as_tensor(x, device=device)
     n = len(x)
     times = []
@@ -41,18 +62,7 @@ def plain_pytorch_epochs(x, config, batch_size, lr, epochs, seed, device="cpu"):
         order = torch.randperm(n, device=device)
         for i in range(n // batch_size):
             batch = x[order[i * batch_size : (i + 1) * batch_size]]
-            loc, scale = encoder(batch)
-            z = loc + scale * torch.randn_like(loc)
-            logits = decoder(z)
-            log_lik = -torch.nn.functional.binary_cross_entropy_with_logits(
-                logits, batch, reduction="sum"
-            )
-            kl = 0.5 * (loc**2 + scale**2 - 1 - 2 * torch.log(scale)).sum()
-            loss = -(log_lik - kl) * (n / batch_size)  # the full-data ELBO, as the zoo's
-            optim.zero_grad()
-            loss.backward()
-            optim.step()
-            loss.item()  # read the loss each step, as a training loop that logs it does
+            plain_step(encoder, decoder, optim, batch, n / batch_size)
         times.append(time.perf_counter() - t0)
     return times
 

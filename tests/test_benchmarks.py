@@ -323,3 +323,34 @@ def test_same_figures_tells_identical_from_different(tmp_path, capsys):
     (b / "table.json").write_text(json.dumps(rows[::-1]))
     with pytest.raises(ValueError, match="Row 0"):
         script["main"]([str(a), str(b)])
+
+
+def test_op_counts_quick(tmp_path):
+    results = run_benchmark("op_counts", ["--quick", "--json", str(tmp_path / "ops.json")])
+    for table in results.values():
+        for row in table.values():
+            assert positive(row["operations"])
+            assert row["host_reads"] is None or row["host_reads"] >= 0
+    assert results["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
+    assert results["bam"]["bam_classifier, softmax"]["x_baseline"] == 1.0
+    # The multivariate digamma and log-gamma of a CAVI iteration are one operation over a (K, D)
+    # grid, not D of them: the launches of an iteration do not grow with the dimension.
+    cavi = results["cavi"]
+    assert (
+        cavi["bayesian_gmm CAVI, K=20, D=10"]["operations"]
+        == cavi["bayesian_gmm CAVI, K=20, D=2"]["operations"]
+    )
+    assert json.loads((tmp_path / "ops.json").read_text())["results"] == results
+
+
+def test_op_counts_count_kernels_not_views():
+    import torch
+
+    count_module = runpy.run_path(str(BENCHMARKS / "op_counts.py"), run_name="op_counts")
+    x = torch.ones(3, 4)
+    with count_module["OperationCount"]() as count:
+        y = (x.view(4, 3).t() + 1).sum()
+        y.item()
+        torch.tensor(3).item()  # an integer: shape arithmetic, not counted
+    assert dict(count.kernels) == {"add": 1, "sum": 1}
+    assert count.host_reads == 1

@@ -1,0 +1,241 @@
+"""Torch operations per step of the zoo's Pyro paths, against the code they are compared with.
+
+On a GPU, each operation that computes something is at least one kernel launch, and the host
+issues launches one after another: a step of a small model (a VAE minibatch, an attention layer,
+the (K, D, D) parameters of a CAVI iteration) takes about as long as its launches, whatever the
+kernels do. The number of operations is therefore the GPU step time's floor, and it is the same
+on every device, so this runs anywhere (the tests run it on the CPU) and tells, before a GPU is at
+hand, whether a change cuts launches.
+
+Counted: every operation torch dispatches to a kernel (``TorchDispatchMode``), after autograd, so
+the backward pass and the optimiser's update are in. Not counted: views and allocations, which
+launch nothing. Reported apart: reads of a floating-point or boolean tensor's value on the host
+(``.item()``, ``if tensor:``), which on a GPU wait for the device. Reads of integers are left out:
+in a compiled (``jit=True``) step they are the graph's own shape arithmetic, held on the host.
+
+Rows (each the mean over ``--steps`` steps after two warm-up steps, which hold any compilation):
+
+* ``cavi``: one CAVI iteration of ``bayesian_gmm`` (K=20, D=10 and D=2: the count should not grow
+  with D), and one EM iteration of ``gmm`` for comparison. For NumPyro, whose iteration XLA
+  compiles and fuses, the instructions of the compiled iteration on this machine's device (each
+  fusion or library call is one launch on a GPU, though XLA fuses differently there);
+* ``vae``: one SVI step of the VAE (784-200-200-50, batch 100) on each Pyro path, against one step
+  of the plain PyTorch loop of ``vae_speed.py``;
+* ``bam``: one SVI step of ``bam_classifier`` (as ``bam_speed.py``) with Weibull and log-normal
+  attention, with the contextual prior and with a fixed one, against softmax attention.
+
+    python benchmarks/op_counts.py                 # every row
+    python benchmarks/op_counts.py --rows cavi vae  # some
+    python benchmarks/op_counts.py --quick         # fewer steps (the tests run this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import inference
+import zoo
+
+HERE = Path(__file__).resolve().parent
+ROWS = ("cavi", "vae", "bam")
+#: Dispatched operations that launch no kernel besides the views (``OpOverload.is_view``): views
+#: that autograd does not track, allocations without a fill, and the profiler's markers.
+NO_KERNEL = {
+    "_reshape_alias", "_unsafe_view", "empty", "empty_like", "empty_strided", "resize_", "set_",
+}  # fmt: skip
+MARKERS = ("_record_function",)
+HOST_READ = "_local_scalar_dense"
+
+
+def _benchmark(name):
+    """Another script of this folder, imported as a module (its functions are reused)."""
+    spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class OperationCount(TorchDispatchMode):
+    """Counts, by name, the operations dispatched while it is active that launch a kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = collections.Counter()
+        self.host_reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if name == HOST_READ:
+            self.host_reads += args[0].is_floating_point() or args[0].dtype == torch.bool
+        elif not (func.is_view or name in NO_KERNEL or name.startswith(MARKERS)):
+            self.kernels[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def per_step(step, steps: int) -> dict:
+    """Operations and host reads per call of ``step()``, after two warm-up calls."""
+    step()
+    step()
+    with OperationCount() as count:
+        for _ in range(steps):
+            step()
+    total = sum(count.kernels.values())
+    top = dict(count.kernels.most_common(5))
+    return {
+        "operations": total / steps,
+        "host_reads": count.host_reads / steps,
+        "most_frequent": {name: n / steps for name, n in top.items()},
+    }
+
+
+def fit_stepper(model, data, algorithm, **options):
+    """A function that takes one more step of a fit of ``model`` started by ``inference.fit``."""
+    kept = {}
+    inference.fit(
+        model,
+        data,
+        algorithm,
+        "pyro",
+        num_steps=1,
+        progress=False,
+        callback=lambda step, state, info: kept.update(state=state),
+        **options,
+    )
+    algo = inference.get_algorithm(algorithm)
+
+    def step():
+        kept["state"], _ = algo.step(kept["state"])
+
+    return step
+
+
+def cavi_rows(steps: int) -> dict:
+    cavi_speed = _benchmark("cavi_speed")
+    rows = {}
+    for d in (10, 2):
+        x, resp = cavi_speed.make_problem(2000, d, 20)
+        stepper = fit_stepper(
+            "bayesian_gmm", {"x": x}, "cavi", K=20, weight_prior="dirichlet_process", init=resp
+        )
+        rows[f"bayesian_gmm CAVI, K=20, D={d}"] = per_step(stepper, steps)
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 2000)
+    rows["gmm EM"] = per_step(fit_stepper("gmm", data, "em"), steps)
+    for d in (10, 2):
+        x, resp = cavi_speed.make_problem(2000, d, 20)
+        rows[f"bayesian_gmm CAVI (NumPyro, compiled), K=20, D={d}"] = compiled_cavi(x, resp)
+    return rows
+
+
+def compiled_cavi(x, resp) -> dict:
+    """Top-level instructions of the XLA-compiled CAVI iteration (``update``) of NumPyro."""
+    import jax
+
+    from zoo.array_namespace import JaxOps
+    from zoo.bayesian_gmm import closed_form
+
+    xp = JaxOps()
+    config = zoo.get_model("bayesian_gmm").prepare(
+        {"x": x}, K=resp.shape[1], weight_prior="dirichlet_process"
+    )
+    with jax.enable_x64():
+        cache = closed_form.init_cache(jax.numpy.asarray(x), config, xp)
+        state = closed_form.init_state(jax.numpy.asarray(resp), cache, config, xp)
+        update = jax.jit(lambda state, cache: closed_form.update(state, cache, config, xp))
+        text = update.lower(state, cache).compile().as_text()
+    entry = text[text.index("\nENTRY") :].split("\n}")[0]
+    operations = sum(" = " in line for line in entry.splitlines())
+    return {"operations": float(operations), "host_reads": None}  # not counted
+
+
+def vae_rows(steps: int) -> dict:
+    vae_speed = _benchmark("vae_speed")
+    rows_of_data, batch = 2000, 100
+    x = (np.random.default_rng(0).random((rows_of_data, 784)) < 0.3).astype(np.float32)
+    options = dict(latent_dim=50, hidden=(200, 200))
+    config = zoo.get_model("vae").prepare({"x": x[:1]}, **options)
+    encoder, decoder, optim = vae_speed.plain_model(config, lr=1e-3, seed=0)
+    xt, order = torch.as_tensor(x), torch.randperm(rows_of_data)
+    batches = iter(range(10**9))
+
+    def plain():
+        i = next(batches) % (rows_of_data // batch)
+        rows = xt[order[i * batch : (i + 1) * batch]]
+        vae_speed.plain_step(encoder, decoder, optim, rows, rows_of_data / batch)
+
+    table = {"plain PyTorch loop": per_step(plain, steps)}
+    paths = {
+        "zoo Pyro, Trace_ELBO": dict(elbo="trace"),
+        "zoo Pyro, Trace_ELBO (jit=True)": dict(elbo="trace", jit=True),
+        'zoo Pyro, elbo="meanfield"': dict(elbo="meanfield"),
+        'zoo Pyro, elbo="meanfield" (jit=True)': dict(elbo="meanfield", jit=True),
+    }
+    for name, path in paths.items():
+        stepper = fit_stepper("vae", {"x": x}, "svi", batch_size=batch, lr=1e-3, **options, **path)
+        table[name] = per_step(stepper, steps)
+    return _against(table, "plain PyTorch loop")
+
+
+def bam_rows(steps: int) -> dict:
+    rng = np.random.default_rng(0)
+    data = {"x": rng.random((512, 784)).astype(np.float32), "y": rng.integers(10, size=512)}
+    table = {}
+    variants = [("softmax", "contextual"), ("weibull", "contextual"), ("lognormal", "contextual"),
+                ("weibull", "fixed"), ("lognormal", "fixed")]  # fmt: skip
+    for attention, prior in variants:
+        stepper = fit_stepper(
+            "bam_classifier", data, "svi", batch_size=128, lr=1e-3, elbo="meanfield",
+            attention=attention, prior=prior, width=32, num_heads=2, num_layers=2,
+        )  # fmt: skip
+        name = f"bam_classifier, {attention}" + (", fixed prior" if prior == "fixed" else "")
+        table[name] = per_step(stepper, steps)
+    return _against(table, "bam_classifier, softmax")
+
+
+def _against(table: dict, baseline: str) -> dict:
+    base = table[baseline]["operations"]
+    for row in table.values():
+        row["x_baseline"] = row["operations"] / base
+    return table
+
+
+SECTIONS = {"cavi": cavi_rows, "vae": vae_rows, "bam": bam_rows}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--steps", type=int, default=10, help="counted steps per row")
+    parser.add_argument("--quick", action="store_true", help="2 counted steps per row")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    steps = 2 if args.quick else args.steps
+    results = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one- and few-step fits warn that they did not converge
+        for section in args.rows:
+            results[section] = SECTIONS[section](steps)
+    print(f"torch operations per step that launch a kernel (mean of {steps} steps)")
+    print("| path | operations | x baseline | host reads |\n|---|---|---|---|")
+    for table in results.values():
+        for name, row in table.items():
+            ratio, reads = row.get("x_baseline"), row["host_reads"]
+            ratio = "" if ratio is None else f"{ratio:.2f}"
+            reads = "" if reads is None else f"{reads:.0f}"
+            print(f"| {name} | {row['operations']:.0f} | {ratio} | {reads} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"steps": steps, "results": results}, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()
