@@ -9,9 +9,14 @@ hand, whether a change cuts launches.
 
 Counted: every operation torch dispatches to a kernel (``TorchDispatchMode``), after autograd, so
 the backward pass and the optimiser's update are in. Not counted: views and allocations, which
-launch nothing. Reported apart: reads of a floating-point or boolean tensor's value on the host
-(``.item()``, ``if tensor:``), which on a GPU wait for the device. Reads of integers are left out:
-in a compiled (``jit=True``) step they are the graph's own shape arithmetic, held on the host.
+launch nothing. Reported apart:
+
+* host arithmetic: a compiled (``jit=True``) step computes with the sizes it traced, integer
+  tensors with no dimensions that stay on the host wherever the model runs (see
+  ``OperationCount``); those operations launch nothing on a GPU;
+* host reads: reads of a floating-point or boolean tensor's value on the host (``.item()``,
+  ``if tensor:``), which on a GPU wait for the device. Reads of integers are the host's own
+  sizes, and are left out.
 
 Rows (each the mean over ``--steps`` steps after two warm-up steps, which hold any compilation):
 
@@ -36,10 +41,12 @@ import collections
 import importlib.util
 import json
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import inference
@@ -65,20 +72,51 @@ def _benchmark(name):
 
 
 class OperationCount(TorchDispatchMode):
-    """Counts, by name, the operations dispatched while it is active that launch a kernel."""
+    """Counts, by name, the operations dispatched while it is active that launch a kernel.
+
+    Arithmetic on the host's own numbers is counted apart (``host_arithmetic``): a compiled
+    graph holds the sizes it traced as integer tensors with no dimensions, and computes with them
+    (a minibatch's scale, N / batch size) on the host, wherever the model runs. An operation is
+    such arithmetic when every tensor it takes is such an integer or the result of such
+    arithmetic.
+    """
 
     def __init__(self):
         super().__init__()
         self.kernels = collections.Counter()
+        self.host_arithmetic = 0
         self.host_reads = 0
+        self._host_numbers = set()  # ids of the results of host arithmetic, while they live
+
+    def _is_host_number(self, tensor) -> bool:
+        if tensor.dim() != 0:
+            return False
+        integer = not (
+            tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool
+        )
+        return integer or id(tensor) in self._host_numbers
+
+    def _remember(self, result) -> None:
+        for tensor in pytree.tree_leaves(result):
+            if isinstance(tensor, torch.Tensor):
+                self._host_numbers.add(id(tensor))
+                weakref.finalize(tensor, self._host_numbers.discard, id(tensor))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
         name = func.__name__.split(".")[0]
+        tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if name == HOST_READ:
             self.host_reads += args[0].is_floating_point() or args[0].dtype == torch.bool
-        elif not (func.is_view or name in NO_KERNEL or name.startswith(MARKERS)):
+        elif func.is_view or name in NO_KERNEL or name.startswith(MARKERS):
+            pass
+        elif tensors and all(self._is_host_number(t) for t in tensors):
+            self.host_arithmetic += 1
+            self._remember(result)
+        else:
             self.kernels[name] += 1
-        return func(*args, **(kwargs or {}))
+        return result
 
 
 def per_step(step, steps: int) -> dict:
@@ -93,6 +131,7 @@ def per_step(step, steps: int) -> dict:
     return {
         "operations": total / steps,
         "host_reads": count.host_reads / steps,
+        "host_arithmetic": count.host_arithmetic / steps,
         "most_frequent": {name: n / steps for name, n in top.items()},
     }
 
@@ -153,7 +192,7 @@ def compiled_cavi(x, resp) -> dict:
         text = update.lower(state, cache).compile().as_text()
     entry = text[text.index("\nENTRY") :].split("\n}")[0]
     operations = sum(" = " in line for line in entry.splitlines())
-    return {"operations": float(operations), "host_reads": None}  # not counted
+    return {"operations": float(operations), "host_reads": None, "host_arithmetic": None}
 
 
 def vae_rows(steps: int) -> dict:
@@ -210,6 +249,10 @@ def _against(table: dict, baseline: str) -> dict:
 SECTIONS = {"cavi": cavi_rows, "vae": vae_rows, "bam": bam_rows}
 
 
+def _cell(value, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
@@ -224,13 +267,17 @@ def main(argv=None):
         for section in args.rows:
             results[section] = SECTIONS[section](steps)
     print(f"torch operations per step that launch a kernel (mean of {steps} steps)")
-    print("| path | operations | x baseline | host reads |\n|---|---|---|---|")
+    print("| path | operations | x baseline | host arithmetic | host reads |")
+    print("|---|---|---|---|---|")
     for table in results.values():
         for name, row in table.items():
-            ratio, reads = row.get("x_baseline"), row["host_reads"]
-            ratio = "" if ratio is None else f"{ratio:.2f}"
-            reads = "" if reads is None else f"{reads:.0f}"
-            print(f"| {name} | {row['operations']:.0f} | {ratio} | {reads} |")
+            cells = [
+                f"{row['operations']:.0f}",
+                _cell(row.get("x_baseline"), ".2f"),
+                _cell(row["host_arithmetic"], ".0f"),
+                _cell(row["host_reads"], ".0f"),
+            ]
+            print(f"| {name} | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"steps": steps, "results": results}, f, indent=2)

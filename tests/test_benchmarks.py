@@ -330,7 +330,8 @@ def test_op_counts_quick(tmp_path):
     for table in results.values():
         for row in table.values():
             assert positive(row["operations"])
-            assert row["host_reads"] is None or row["host_reads"] >= 0
+            for counted in ("host_reads", "host_arithmetic"):
+                assert row[counted] is None or row[counted] >= 0
     assert results["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
     assert results["bam"]["bam_classifier, softmax"]["x_baseline"] == 1.0
     # The multivariate digamma and log-gamma of a CAVI iteration are one operation over a (K, D)
@@ -352,5 +353,8 @@ def test_op_counts_count_kernels_not_views():
         y = (x.view(4, 3).t() + 1).sum()
         y.item()
         torch.tensor(3).item()  # an integer: shape arithmetic, not counted
-    assert dict(count.kernels) == {"add": 1, "sum": 1}
+        scale = torch.tensor(3) * 2.0  # arithmetic on the host's numbers
+        x * scale.reciprocal()
+    assert dict(count.kernels) == {"add": 1, "sum": 1, "mul": 1}
+    assert count.host_arithmetic == 2
     assert count.host_reads == 1
