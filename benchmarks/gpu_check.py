@@ -24,6 +24,9 @@ error and the run goes on; the end lists every figure that could not be taken):
   memory-bound time at the measured bandwidth, and the ratio to it.
 * ``bam``: the Bayesian attention classifier's step against the softmax step, both backends,
   stepped side by side (``bam_speed.py``).
+* ``launches``: the operations per step of the Pyro paths of ``vae``, ``cavi`` and ``bam``
+  counted on the device (``op_counts.py``), beside the kernel launches PyTorch's profiler sees:
+  whether the step times follow the launch counts that a CPU can count.
 * ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
   at a few data sizes, both backends: the figures that calibrate
   ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size below which a GPU fit warns that the
@@ -68,7 +71,9 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:  # this checkout's packages, run from anywhere
     sys.path.insert(1, str(HERE.parent))
 
-SECTIONS = ("environment", "smoke", "agreement", "bandwidth", "vae", "cavi", "bam", "nuts")
+SECTIONS = (
+    "environment", "smoke", "agreement", "bandwidth", "vae", "cavi", "bam", "launches", "nuts",
+)  # fmt: skip
 
 # Sizes of the full run (on a GPU) and of --quick (a CPU in about two minutes).
 FULL = SimpleNamespace(
@@ -77,7 +82,7 @@ FULL = SimpleNamespace(
     bandwidth_bytes=2_000_000_000,
     vae_rows=50_000, vae_batches=(100, 1000), vae_epochs=2,
     cavi_n=1_000_000, cavi_steps=12,
-    bam=dict(steps=10, warmup=5, rounds=3, rows=4096),
+    bam=dict(steps=10, warmup=5, rounds=3, rows=4096), launch_steps=5,
     nuts_sizes=(300, 10_000, 300_000), nuts_iterations=4, nuts_depth=4, nuts_limit=40.0,
 )  # fmt: skip
 QUICK = SimpleNamespace(
@@ -86,14 +91,14 @@ QUICK = SimpleNamespace(
     bandwidth_bytes=100_000_000,
     vae_rows=500, vae_batches=(100,), vae_epochs=2,
     cavi_n=20_000, cavi_steps=4,
-    bam=dict(steps=2, warmup=1, rounds=2, rows=256),
+    bam=dict(steps=2, warmup=1, rounds=2, rows=256), launch_steps=1,
     nuts_sizes=(300,), nuts_iterations=3, nuts_depth=3, nuts_limit=30.0,
 )  # fmt: skip
 # Section time limits (seconds) of the full run; the whole run also stops starting sections
 # once --budget is spent.
 SECTION_LIMITS = {
     "environment": 60, "smoke": 150, "agreement": 40, "bandwidth": 20,
-    "vae": 70, "cavi": 40, "bam": 40, "nuts": 75,
+    "vae": 70, "cavi": 40, "bam": 40, "launches": 30, "nuts": 75,
 }  # fmt: skip
 # The smoke's NUTS runs: one chain, a few shallow iterations (where the algorithm's short run
 # sets these options).
@@ -592,6 +597,18 @@ def bam(run: Run) -> dict:
     return table
 
 
+# --- operations and kernel launches per step ---------------------------------------------------
+
+
+def launches(run: Run) -> dict | None:
+    if "pyro" not in run.args.backends:
+        run.missing("launches", "counted for Pyro's paths, and Pyro is not among --backends")
+        return None
+    op_counts = _benchmark("op_counts")
+    argv = ["--device", run.args.device, "--steps", str(run.sizes.launch_steps)]
+    return op_counts.main(argv)
+
+
 # --- NUTS on the device against the CPU ---------------------------------------------------------
 
 
@@ -740,6 +757,7 @@ RUNNERS = {
     "vae": vae,
     "cavi": cavi,
     "bam": bam,
+    "launches": launches,
     "nuts": nuts,
 }
 

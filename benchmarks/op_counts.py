@@ -31,6 +31,7 @@ Rows (each the mean over ``--steps`` steps after two warm-up steps, which hold a
 
     python benchmarks/op_counts.py                 # every row
     python benchmarks/op_counts.py --rows cavi vae  # some
+    python benchmarks/op_counts.py --device cuda   # on a GPU, with the profiler's launches
     python benchmarks/op_counts.py --quick         # fewer steps (the tests run this)
 """
 
@@ -119,8 +120,10 @@ class OperationCount(TorchDispatchMode):
         return result
 
 
-def per_step(step, steps: int) -> dict:
-    """Operations and host reads per call of ``step()``, after two warm-up calls."""
+def per_step(step, steps: int, device: str = "cpu") -> dict:
+    """Operations and host reads per call of ``step()``, after two warm-up calls; on a CUDA
+    device also the kernel launches the profiler sees (``launches``), the count that the
+    operations stand for."""
     step()
     step()
     with OperationCount() as count:
@@ -132,12 +135,28 @@ def per_step(step, steps: int) -> dict:
         "operations": total / steps,
         "host_reads": count.host_reads / steps,
         "host_arithmetic": count.host_arithmetic / steps,
+        "launches": profiled_launches(step, steps) if device.startswith("cuda") else None,
         "most_frequent": {name: n / steps for name, n in top.items()},
     }
 
 
-def fit_stepper(model, data, algorithm, **options):
-    """A function that takes one more step of a fit of ``model`` started by ``inference.fit``."""
+def profiled_launches(step, steps: int) -> float | None:
+    """CUDA kernel launches per call of ``step()``, from the profiler's record of the CUDA
+    runtime and driver calls (None if it recorded none)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    launches = sum(event.count for event in prof.key_averages() if "LaunchKernel" in event.key)
+    return launches / steps if launches else None
+
+
+def fit_stepper(model, data, algorithm, device="cpu", **options):
+    """A function that takes one more step of a fit of ``model`` on ``device``, started by
+    ``inference.fit``."""
     kept = {}
     inference.fit(
         model,
@@ -146,6 +165,7 @@ def fit_stepper(model, data, algorithm, **options):
         "pyro",
         num_steps=1,
         progress=False,
+        device=device,
         callback=lambda step, state, info: kept.update(state=state),
         **options,
     )
@@ -157,17 +177,18 @@ def fit_stepper(model, data, algorithm, **options):
     return step
 
 
-def cavi_rows(steps: int) -> dict:
+def cavi_rows(steps: int, device: str) -> dict:
     cavi_speed = _benchmark("cavi_speed")
     rows = {}
     for d in (10, 2):
         x, resp = cavi_speed.make_problem(2000, d, 20)
         stepper = fit_stepper(
-            "bayesian_gmm", {"x": x}, "cavi", K=20, weight_prior="dirichlet_process", init=resp
-        )
-        rows[f"bayesian_gmm CAVI, K=20, D={d}"] = per_step(stepper, steps)
+            "bayesian_gmm", {"x": x}, "cavi", device, K=20, weight_prior="dirichlet_process",
+            init=resp,
+        )  # fmt: skip
+        rows[f"bayesian_gmm CAVI, K=20, D={d}"] = per_step(stepper, steps, device)
     data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 2000)
-    rows["gmm EM"] = per_step(fit_stepper("gmm", data, "em"), steps)
+    rows["gmm EM"] = per_step(fit_stepper("gmm", data, "em", device), steps, device)
     for d in (10, 2):
         x, resp = cavi_speed.make_problem(2000, d, 20)
         rows[f"bayesian_gmm CAVI (NumPyro, compiled), K=20, D={d}"] = compiled_cavi(x, resp)
@@ -192,17 +213,19 @@ def compiled_cavi(x, resp) -> dict:
         text = update.lower(state, cache).compile().as_text()
     entry = text[text.index("\nENTRY") :].split("\n}")[0]
     operations = sum(" = " in line for line in entry.splitlines())
-    return {"operations": float(operations), "host_reads": None, "host_arithmetic": None}
+    return {"operations": float(operations), "host_reads": None, "host_arithmetic": None,
+            "launches": None}  # fmt: skip
 
 
-def vae_rows(steps: int) -> dict:
+def vae_rows(steps: int, device: str) -> dict:
     vae_speed = _benchmark("vae_speed")
     rows_of_data, batch = 2000, 100
     x = (np.random.default_rng(0).random((rows_of_data, 784)) < 0.3).astype(np.float32)
     options = dict(latent_dim=50, hidden=(200, 200))
     config = zoo.get_model("vae").prepare({"x": x[:1]}, **options)
-    encoder, decoder, optim = vae_speed.plain_model(config, lr=1e-3, seed=0)
-    xt, order = torch.as_tensor(x), torch.randperm(rows_of_data)
+    encoder, decoder, optim = vae_speed.plain_model(config, lr=1e-3, seed=0, device=device)
+    xt = torch.as_tensor(x, device=device)
+    order = torch.randperm(rows_of_data, device=device)
     batches = iter(range(10**9))
 
     def plain():
@@ -210,7 +233,7 @@ def vae_rows(steps: int) -> dict:
         rows = xt[order[i * batch : (i + 1) * batch]]
         vae_speed.plain_step(encoder, decoder, optim, rows, rows_of_data / batch)
 
-    table = {"plain PyTorch loop": per_step(plain, steps)}
+    table = {"plain PyTorch loop": per_step(plain, steps, device)}
     paths = {
         "zoo Pyro, Trace_ELBO": dict(elbo="trace"),
         "zoo Pyro, Trace_ELBO (jit=True)": dict(elbo="trace", jit=True),
@@ -218,12 +241,14 @@ def vae_rows(steps: int) -> dict:
         'zoo Pyro, elbo="meanfield" (jit=True)': dict(elbo="meanfield", jit=True),
     }
     for name, path in paths.items():
-        stepper = fit_stepper("vae", {"x": x}, "svi", batch_size=batch, lr=1e-3, **options, **path)
-        table[name] = per_step(stepper, steps)
+        stepper = fit_stepper(
+            "vae", {"x": x}, "svi", device, batch_size=batch, lr=1e-3, **options, **path
+        )
+        table[name] = per_step(stepper, steps, device)
     return _against(table, "plain PyTorch loop")
 
 
-def bam_rows(steps: int) -> dict:
+def bam_rows(steps: int, device: str) -> dict:
     rng = np.random.default_rng(0)
     data = {"x": rng.random((512, 784)).astype(np.float32), "y": rng.integers(10, size=512)}
     table = {}
@@ -231,11 +256,11 @@ def bam_rows(steps: int) -> dict:
                 ("weibull", "fixed"), ("lognormal", "fixed")]  # fmt: skip
     for attention, prior in variants:
         stepper = fit_stepper(
-            "bam_classifier", data, "svi", batch_size=128, lr=1e-3, elbo="meanfield",
+            "bam_classifier", data, "svi", device, batch_size=128, lr=1e-3, elbo="meanfield",
             attention=attention, prior=prior, width=32, num_heads=2, num_layers=2,
         )  # fmt: skip
         name = f"bam_classifier, {attention}" + (", fixed prior" if prior == "fixed" else "")
-        table[name] = per_step(stepper, steps)
+        table[name] = per_step(stepper, steps, device)
     return _against(table, "bam_classifier, softmax")
 
 
@@ -256,6 +281,7 @@ def _cell(value, spec: str) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--device", default="cpu", help='"cpu", "cuda" or "cuda:N"')
     parser.add_argument("--steps", type=int, default=10, help="counted steps per row")
     parser.add_argument("--quick", action="store_true", help="2 counted steps per row")
     parser.add_argument("--json", help="also write the results here")
@@ -265,10 +291,14 @@ def main(argv=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # one- and few-step fits warn that they did not converge
         for section in args.rows:
-            results[section] = SECTIONS[section](steps)
-    print(f"torch operations per step that launch a kernel (mean of {steps} steps)")
-    print("| path | operations | x baseline | host arithmetic | host reads |")
-    print("|---|---|---|---|---|")
+            results[section] = SECTIONS[section](steps, args.device)
+    print(
+        f"torch operations per step that launch a kernel on {args.device} (mean of {steps} steps)"
+    )
+    profiled = any(row.get("launches") for table in results.values() for row in table.values())
+    header = "| path | operations | x baseline | host arithmetic | host reads |"
+    print(header + (" CUDA launches (profiler) |" if profiled else ""))
+    print("|---" * (header.count("|") - 1 + profiled) + "|")
     for table in results.values():
         for name, row in table.items():
             cells = [
@@ -277,6 +307,8 @@ def main(argv=None):
                 _cell(row["host_arithmetic"], ".0f"),
                 _cell(row["host_reads"], ".0f"),
             ]
+            if profiled:
+                cells.append(_cell(row.get("launches"), ".0f"))
             print(f"| {name} | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:

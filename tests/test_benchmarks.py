@@ -7,6 +7,7 @@ every path timed, positive, finite, and the ratios taken against the right basel
 import json
 import math
 import runpy
+import warnings
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,7 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
     for row in figures["cavi"]["rows"].values():
         assert positive(row["seconds_per_iteration"]) and positive(row["x_memory_bound"])
     assert figures["bam"]["pyro softmax"]["x_softmax"] == 1.0
+    assert figures["launches"]["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
     (nuts,) = figures["nuts"]
     assert nuts["size"] == nuts["latent_dim"] * nuts["data_size"] and not nuts["warns"]
     assert {t["met"] for t in report["targets"]} <= {True, False}
@@ -342,6 +344,15 @@ def test_op_counts_quick(tmp_path):
         == cavi["bayesian_gmm CAVI, K=20, D=2"]["operations"]
     )
     assert json.loads((tmp_path / "ops.json").read_text())["results"] == results
+
+
+def test_op_counts_without_a_gpu_profile_no_launches():
+    import torch
+
+    count_module = runpy.run_path(str(BENCHMARKS / "op_counts.py"), run_name="op_counts")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the profiler's "CUDA is not available"
+        assert count_module["profiled_launches"](lambda: torch.ones(3) + 1, 2) is None
 
 
 def test_op_counts_count_kernels_not_views():
