@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import json
+import runpy
 import warnings
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -64,12 +65,9 @@ MARKERS = ("_record_function",)
 HOST_READ = "_local_scalar_dense"
 
 
-def _benchmark(name):
-    """Another script of this folder, imported as a module (its functions are reused)."""
-    spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _benchmark(name) -> SimpleNamespace:
+    """Another script of this folder, run as a module (its functions are reused)."""
+    return SimpleNamespace(**runpy.run_path(str(HERE / f"{name}.py"), run_name=f"_{name}"))
 
 
 class OperationCount(TorchDispatchMode):

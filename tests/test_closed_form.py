@@ -94,3 +94,22 @@ def test_backends_agree_on_cavi_elbo(gmm_data, resp0):
     np.testing.assert_allclose(
         fits[0].history["objective"], fits[1].history["objective"], rtol=1e-10
     )
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_responsibilities_are_the_softmax_and_its_normaliser(backend):
+    """The closed forms' E-step, ``softmax_logits``, in each backend's layout: the softmax of
+    ``phi @ theta`` over components and its log-sum-exp, stable at logits far from zero."""
+    from scipy.special import logsumexp, softmax
+
+    from zoo.array_namespace import JaxOps, TorchOps
+    from zoo.testing import backend_arrays
+
+    rng = np.random.default_rng(0)
+    features, theta = rng.normal(size=(50, 6)), rng.normal(size=(6, 4))
+    theta[0] += 800.0  # logits near 800 (the constant feature): exp would overflow unshifted
+    logits = features @ theta
+    ops, asarray = (TorchOps() if backend == "pyro" else JaxOps()), backend_arrays(backend)
+    resp, log_norm = ops.softmax_logits(ops.layout_features(asarray(features)), asarray(theta))
+    np.testing.assert_allclose(np.asarray(ops.rows(resp)), softmax(logits, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(log_norm), logsumexp(logits, axis=1), rtol=1e-14)

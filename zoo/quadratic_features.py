@@ -67,7 +67,7 @@ def quadratic_cache(x, xp, shift=None) -> dict:
 def sufficient_statistics(resp, cache, xp) -> dict:
     """N_k, sum_n r_nk x_n and sum_n r_nk x_n x_n^T from one product ``resp.T @ phi``.
 
-    ``resp`` is in the backend's layout (``xp.layout_resp``), as ``log_responsibilities`` gives it.
+    ``resp`` is in the backend's layout (``xp.layout_resp``), as ``responsibilities`` gives it.
     """
     return statistics_from_sums(xp.weighted_feature_sums(resp, cache["features"]), cache)
 
@@ -96,3 +96,8 @@ def coefficients(const, linear, quadratic, cache, xp):
 def log_responsibilities(theta, cache, xp):
     """Normalised log responsibilities (backend layout) and per-point log normaliser (N,)."""
     return xp.log_softmax_logits(cache["features"], theta)
+
+
+def responsibilities(theta, cache, xp):
+    """Responsibilities (backend layout) and per-point log normaliser (N,)."""
+    return xp.softmax_logits(cache["features"], theta)

@@ -29,8 +29,8 @@ import numpy as np
 from zoo.array_namespace import LOG_2PI
 from zoo.quadratic_features import (
     coefficients,
-    log_responsibilities,
     quadratic_cache,
+    responsibilities,
     scatter_matrices,
     statistics_from_sums,
     sufficient_statistics,
@@ -207,8 +207,8 @@ def update(state, cache, config, xp):
     ``cache`` (the features) is an argument, not part of the state, so a compiled update does not
     copy it out every iteration.
     """
-    log_resp, log_norm = log_responsibilities(state["theta"], cache, xp)
-    stats = sufficient_statistics(xp.exp(log_resp), cache, xp)
+    resp, log_norm = responsibilities(state["theta"], cache, xp)
+    stats = sufficient_statistics(resp, cache, xp)
     # sum_nk r log r = sum_nk r (phi_n . theta_k - log_norm_n) = sum_k stats_k . theta_k - sum_n
     # log_norm_n: the entropy of q(z) from the statistics, without another pass over (N, K).
     neg_entropy = xp.sum(stats["raw"] * state["theta"].T) - xp.sum(log_norm)
@@ -242,8 +242,8 @@ def natural_step(state, cache, config, xp, rho, scale):
     the state's statistics move a fraction ``rho`` towards them (Hoffman et al. 2013, eq. 25),
     and the globals follow. With ``rho = 1`` and the whole data in one batch this is ``update``.
     """
-    log_resp, log_norm = log_responsibilities(state["theta"], cache, xp)
-    batch = sufficient_statistics(xp.exp(log_resp), cache, xp)["raw"]
+    resp, log_norm = responsibilities(state["theta"], cache, xp)
+    batch = sufficient_statistics(resp, cache, xp)["raw"]
     neg_entropy = xp.sum(batch * state["theta"].T) - xp.sum(log_norm)
     raw = (1.0 - rho) * state["raw"] + (rho * scale) * batch
     q = m_step(statistics_from_sums(raw, cache), cache, config, xp)
@@ -264,7 +264,7 @@ def natural_raw_params(state, shift, xp) -> dict:
 def elbo_terms(state, cache, config, xp):
     """(sum_n log sum_k exp(phi_n . theta_k), KL of the globals) at the current q of the globals
     and the optimal q(z) of the rows in ``cache``: the ELBO is ``scale * first - second``."""
-    _, log_norm = log_responsibilities(state["theta"], cache, xp)
+    _, log_norm = responsibilities(state["theta"], cache, xp)
     kl = kl_weights(state["q"], config, xp) + kl_normal_wishart(state["q"], cache, config, xp)
     return xp.sum(log_norm), kl
 

@@ -70,8 +70,8 @@ def update(state, cache, config, xp):
     """One EM iteration; returns (state, log joint in nats of the parameters it started from)."""
     weights, probs = state["weights"], state["probs"]
     coef = coefficients(weights, probs, xp)
-    log_resp, log_norm = xp.log_softmax_logits(cache["features"], coef)
-    stats = xp.weighted_feature_sums(xp.exp(log_resp), cache["features"])
+    resp, log_norm = xp.softmax_logits(cache["features"], coef)
+    stats = xp.weighted_feature_sums(resp, cache["features"])
     objective = xp.sum(log_norm) + log_prior(weights, probs, config, xp)
     return m_step(stats, config, xp), objective
 

@@ -10,8 +10,8 @@ from zoo.array_namespace import LOG_2PI
 from zoo.bayesian_gmm.closed_form import EPS
 from zoo.quadratic_features import (
     coefficients,
-    log_responsibilities,
     quadratic_cache,
+    responsibilities,
     scatter_matrices,
     sufficient_statistics,
 )
@@ -54,8 +54,8 @@ def init_state(resp, cache, config, xp) -> dict:
 
 def update(state, cache, config, xp):
     """One EM iteration; returns (state, log-likelihood in nats of the parameters it started from)."""
-    log_resp, log_norm = log_responsibilities(state["params"]["theta"], cache, xp)
-    stats = sufficient_statistics(xp.exp(log_resp), cache, xp)
+    resp, log_norm = responsibilities(state["params"]["theta"], cache, xp)
+    stats = sufficient_statistics(resp, cache, xp)
     return {"params": m_step(stats, cache, config, xp)}, xp.sum(log_norm)
 
 
