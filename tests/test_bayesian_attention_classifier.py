@@ -139,6 +139,12 @@ def test_kl_weight_schedule():
     )  # fmt: skip
     state = svi.init(problem, svi.options({}))
     np.testing.assert_allclose([state.bound.schedule(s) for s in (0, 100, 500)], [0.05, 0.5, 0.5])
+    # Without a warm-up the twins give no schedule: SVI passes no temperature, and the model
+    # scales the sites by the config's kl_weight, a number (no tensor arithmetic per step).
+    for backend in ("pyro", "numpyro"):
+        assert SPEC.twin(backend).temperature_schedule(config, 1000) is None
+    problem = dataclasses.replace(problem, config=config)
+    assert svi.init(problem, svi.options({})).bound.schedule is None
 
 
 # ------------------------------------------------------------------------------ objectives

@@ -506,9 +506,9 @@ def _svi_temperature(twin, kind, config):
     starting temperature; a twin's own schedule at step 0; else None."""
     if kind.relaxed:
         return 1.0
-    if hasattr(twin, "temperature_schedule"):
-        return twin.temperature_schedule(config, 1)(0)
-    return None
+    schedule = getattr(twin, "temperature_schedule", None)
+    schedule = schedule and schedule(config, 1)
+    return None if schedule is None else schedule(0)
 
 
 def _backend_problem(backend, data, config):

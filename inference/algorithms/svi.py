@@ -9,7 +9,7 @@ guide of kind ``closed_form_kl`` is always fitted with the mean-field ELBO, whic
 closed-form KL at the sites that have one (Jang et al.'s Gumbel-softmax objective). A twin
 may instead define ``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then
 passes that value as ``temperature`` at each step (the Bayesian attention classifier reads it as
-its KL weight); a twin whose schedule does not depend on ``num_steps`` says so with
+its KL weight), or none where the twin returns None for the config; a twin whose schedule does not depend on ``num_steps`` says so with
 ``SCHEDULE_SPANS_STEPS = False``, and its fits may then be extended on resume.
 
 Guides of a model whose closed-form updates start from responsibilities (a mixture) start from

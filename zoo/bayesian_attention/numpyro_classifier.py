@@ -62,8 +62,10 @@ SCHEDULE_SPANS_STEPS = False
 
 def temperature_schedule(config, num_steps):
     """``step -> value`` for SVI to pass as ``temperature``: the KL weight of the warm-up
-    (:func:`zoo.bayesian_attention.classifier.kl_weight_schedule`)."""
-    return kl_weight_schedule(config, num_steps)
+    (:func:`zoo.bayesian_attention.classifier.kl_weight_schedule`); None without a warm-up,
+    and the model reads its constant ``kl_weight`` from the config (a number, not a tensor:
+    at 1 no scale at all, and no tensor arithmetic on the sites' scales)."""
+    return kl_weight_schedule(config, num_steps) if config.kl_anneal_steps else None
 
 
 # ------------------------------------------------------------------------------ the network
