@@ -422,11 +422,11 @@ class WeibullAttention(_AttentionLayer):
 
     def rsample(self, sample_shape=()) -> torch.Tensor:
         # log S = log p - c + log(E) / k with c the log mean factor, written
-        # log(E exp(-kc)) / k + log p: in place on the noise, no other tensor of the draw's size.
+        # log p + log(E exp(-kc)) / k: the noise made in place, then one operation.
         k = self.concentration
         shape = self._extended_shape(sample_shape)
         noise = weibull_log_noise(shape, self.log_p, math.exp(-k * self.log_mean_factor))
-        return exp_keeping_log(noise.div_(k).add_(self.log_p))
+        return exp_keeping_log(torch.add(self.log_p, noise, alpha=1 / k))
 
     def log_prob(self, value) -> torch.Tensor:
         if self._validate_args:
@@ -612,8 +612,7 @@ class LogNormalAttention(_AttentionLayer):
     def rsample(self, sample_shape=()) -> torch.Tensor:
         shape = self._extended_shape(sample_shape)
         eps = torch.randn(shape, dtype=self.log_mean.dtype, device=self.log_mean.device)
-        # In place on the noise, which needs no gradient: one tensor for the draw's log.
-        return exp_keeping_log(eps.mul_(self.scale).sub_(self.scale**2 / 2).add_(self.log_mean))
+        return exp_keeping_log(torch.add(self.loc, eps, alpha=self.scale))
 
     def log_prob(self, value) -> torch.Tensor:
         if self._validate_args:
@@ -751,13 +750,17 @@ def kl_weibull_gamma_attention(q: WeibullAttention, p: GammaAttention) -> torch.
         counts = visible.sum(shared, keepdim=True) if shared else visible
         total = visible.sum()
         rows = visible.amax(-1).sum()
-    per_alpha = torch.lgamma(alpha) + alpha * (EULER_GAMMA / k - math.log(beta) + q.log_mean_factor)
     log_p = q.log_p.sum(shared, keepdim=True) if shared else q.log_p  # hidden keys hold 0
-    kl = (
-        (math.log(k) - EULER_GAMMA - 1) * total
-        + _event_sum(per_alpha * counts - alpha * log_p)
-        + beta * rows
-    )
+    # Per distinct alpha: counts * (lgamma(alpha) + alpha c) - alpha log_p, written so that a
+    # count that is a number costs no operation of its own (each one a kernel on a GPU).
+    c = EULER_GAMMA / k - math.log(beta) + q.log_mean_factor
+    terms = alpha * (counts * c - log_p)
+    lgamma = torch.lgamma(alpha)
+    if isinstance(counts, torch.Tensor):
+        terms = terms + counts * lgamma
+    else:
+        terms = torch.add(terms, lgamma, alpha=counts)
+    kl = _event_sum(terms) + ((math.log(k) - EULER_GAMMA - 1) * total + beta * rows)
     return kl.expand(shape[:-3])
 
 
