@@ -71,8 +71,11 @@ def make_model(config, init=None):
         x = data["x"]
         if "decoder" not in nets:
             nets["decoder"] = _network(Decoder, "decoder", config, init, x)
+            # The prior's parameters, made once with the decoder: made per step, they are two
+            # kernel launches of a step on a GPU.
+            nets["prior"] = x.new_zeros(()), x.new_ones(())
         decoder = pyro.module("decoder", nets["decoder"])
-        zero, one = x.new_zeros(()), x.new_ones(())
+        zero, one = nets["prior"]
         with data_plate(x.shape[0], num_data):
             z = pyro.sample("z", dist.Normal(zero, one).expand([config.latent_dim]).to_event(1))
             pixels = dist.Bernoulli(logits=decoder(z), validate_args=False)  # prepare() checked x
