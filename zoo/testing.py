@@ -506,8 +506,8 @@ def _svi_temperature(twin, kind, config):
     starting temperature; a twin's own schedule at step 0; else None."""
     if kind.relaxed:
         return 1.0
-    schedule = getattr(twin, "temperature_schedule", None)
-    schedule = schedule and schedule(config, 1)
+    make_schedule = getattr(twin, "temperature_schedule", None)
+    schedule = None if make_schedule is None else make_schedule(config, 1)
     return None if schedule is None else schedule(0)
 
 

@@ -9,8 +9,9 @@ guide of kind ``closed_form_kl`` is always fitted with the mean-field ELBO, whic
 closed-form KL at the sites that have one (Jang et al.'s Gumbel-softmax objective). A twin
 may instead define ``temperature_schedule(config, num_steps) -> (step -> value)``: SVI then
 passes that value as ``temperature`` at each step (the Bayesian attention classifier reads it as
-its KL weight), or none where the twin returns None for the config; a twin whose schedule does not depend on ``num_steps`` says so with
-``SCHEDULE_SPANS_STEPS = False``, and its fits may then be extended on resume.
+its KL weight), and no temperature where the twin returns None for the config; a twin whose
+schedule does not depend on ``num_steps`` says so with ``SCHEDULE_SPANS_STEPS = False``, and its
+fits may then be extended on resume.
 
 Guides of a model whose closed-form updates start from responsibilities (a mixture) start from
 one update from the same responsibilities as CAVI and EM, so runs compare fairly; other models

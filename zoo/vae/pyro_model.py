@@ -71,8 +71,8 @@ def make_model(config, init=None):
         x = data["x"]
         if "decoder" not in nets:
             nets["decoder"] = _network(Decoder, "decoder", config, init, x)
-            # The prior's parameters, made once with the decoder: made per step, they are two
-            # kernel launches of a step on a GPU.
+            # The prior's parameters, made once with the decoder (made at every step they
+            # would be two more kernel launches per step on a GPU).
             nets["prior"] = x.new_zeros(()), x.new_ones(())
         decoder = pyro.module("decoder", nets["decoder"])
         zero, one = nets["prior"]
