@@ -27,7 +27,8 @@ Rows (each the mean over ``--steps`` steps after two warm-up steps, which hold a
 * ``vae``: one SVI step of the VAE (784-200-200-50, batch 100) on each Pyro path, against one step
   of the plain PyTorch loop of ``vae_speed.py``;
 * ``bam``: one SVI step of ``bam_classifier`` (as ``bam_speed.py``) with Weibull and log-normal
-  attention, with the contextual prior and with a fixed one, against softmax attention.
+  attention, with the contextual prior and with a fixed one, against softmax attention; and for
+  NumPyro, with the contextual prior, the instructions of the compiled step.
 
     python benchmarks/op_counts.py                 # every row
     python benchmarks/op_counts.py --rows cavi vae  # some
@@ -208,7 +209,14 @@ def compiled_cavi(x, resp) -> dict:
         cache = closed_form.init_cache(jax.numpy.asarray(x), config, xp)
         state = closed_form.init_state(jax.numpy.asarray(resp), cache, config, xp)
         update = jax.jit(lambda state, cache: closed_form.update(state, cache, config, xp))
-        text = update.lower(state, cache).compile().as_text()
+        return compiled_row(update, state, cache)
+
+
+def compiled_row(jitted, *args) -> dict:
+    """A row of the top-level instructions of ``jitted``, compiled by XLA for ``args`` on JAX's
+    default device (each fusion or library call is one kernel launch on a GPU, though XLA fuses
+    differently for a GPU than for a CPU)."""
+    text = jitted.lower(*args).compile().as_text()
     entry = text[text.index("\nENTRY") :].split("\n}")[0]
     operations = sum(" = " in line for line in entry.splitlines())
     return {"operations": float(operations), "host_reads": None, "host_arithmetic": None,
@@ -259,7 +267,36 @@ def bam_rows(steps: int, device: str) -> dict:
         )  # fmt: skip
         name = f"bam_classifier, {attention}" + (", fixed prior" if prior == "fixed" else "")
         table[name] = per_step(stepper, steps, device)
-    return _against(table, "bam_classifier, softmax")
+    batch = {k: v[:128] for k, v in data.items()}
+    compiled = {
+        f"bam_classifier, {attention} (NumPyro, compiled)": compiled_bam_step(batch, attention)
+        for attention in ("softmax", "weibull", "lognormal")
+    }
+    return {
+        **_against(table, "bam_classifier, softmax"),
+        **_against(compiled, "bam_classifier, softmax (NumPyro, compiled)"),
+    }
+
+
+def compiled_bam_step(batch, attention) -> dict:
+    """Top-level instructions of NumPyro's compiled SVI step (mean-field ELBO, Adam) of
+    ``bam_classifier`` with the contextual prior, on ``batch`` as the whole data."""
+    import jax
+    import numpyro
+    from numpyro.infer import SVI
+
+    from inference.backends.numpyro_backend import make_elbo
+
+    problem, _ = inference.make_problem(
+        "bam_classifier", batch, "svi", "numpyro", attention=attention, prior="contextual",
+        width=32, num_heads=2, num_layers=2,
+    )  # fmt: skip
+    config, data = problem.backend_config(), problem.backend_data()
+    model = problem.spec.build_model("numpyro", config, None)
+    guide = problem.spec.twin("numpyro").make_guide("amortized", config, None)
+    svi = SVI(model, guide, numpyro.optim.Adam(1e-3), make_elbo("meanfield", 1))
+    state = svi.init(jax.random.PRNGKey(0), data, config)
+    return compiled_row(jax.jit(lambda state, data: svi.update(state, data, config)), state, data)
 
 
 def _against(table: dict, baseline: str) -> dict:

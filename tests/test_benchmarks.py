@@ -336,6 +336,7 @@ def test_op_counts_quick(tmp_path):
                 assert row[counted] is None or row[counted] >= 0
     assert results["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
     assert results["bam"]["bam_classifier, softmax"]["x_baseline"] == 1.0
+    assert results["bam"]["bam_classifier, softmax (NumPyro, compiled)"]["x_baseline"] == 1.0
     # The multivariate digamma and log-gamma of a CAVI iteration are one operation over a (K, D)
     # grid, not D of them: the launches of an iteration do not grow with the dimension.
     cavi = results["cavi"]
