@@ -337,6 +337,14 @@ def kl_weight_schedule(config: BAMClassifierConfig, num_steps: int | None = None
     return schedule
 
 
+def temperature_schedule(config: BAMClassifierConfig, num_steps: int):
+    """The twins' hook for SVI: ``step -> value`` to pass as ``temperature``, the KL weight of
+    the warm-up (:func:`kl_weight_schedule`); None without a warm-up, and the model reads its
+    constant ``kl_weight`` from the config (a number, not a tensor: at 1 no scale at all, and no
+    tensor arithmetic on the sites' scales)."""
+    return kl_weight_schedule(config, num_steps) if config.kl_anneal_steps else None
+
+
 # ------------------------------------------------------------------------------ data
 
 

@@ -24,7 +24,7 @@ from zoo.bayesian_attention._common import (
     replay_guide_pass,
     take_guide_pass,
 )
-from zoo.bayesian_attention.classifier import kl_weight_schedule
+from zoo.bayesian_attention.classifier import temperature_schedule  # SVI's hook
 from zoo.bayesian_attention.jax_bam import (
     ContextualPrior,
     attention_logits,
@@ -58,14 +58,6 @@ __all__ = [
 
 #: The KL warm-up is fixed in steps, not spread over the fit: a resumed fit may be extended.
 SCHEDULE_SPANS_STEPS = False
-
-
-def temperature_schedule(config, num_steps):
-    """``step -> value`` for SVI to pass as ``temperature``: the KL weight of the warm-up
-    (:func:`zoo.bayesian_attention.classifier.kl_weight_schedule`); None without a warm-up,
-    and the model reads its constant ``kl_weight`` from the config (a number, not a tensor:
-    at 1 no scale at all, and no tensor arithmetic on the sites' scales)."""
-    return kl_weight_schedule(config, num_steps) if config.kl_anneal_steps else None
 
 
 # ------------------------------------------------------------------------------ the network
