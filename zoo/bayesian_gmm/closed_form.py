@@ -177,7 +177,7 @@ def kl_normal_wishart(q, cache, config, xp):
     diff = m - m0
     # diff_k^T W_k diff_k as two products of two operands: torch plans a product of three
     # through opt_einsum on every call, host time that costs more than the product itself.
-    mahalanobis = xp.sum(diff * xp.einsum("kij,kj->ki", w, diff), axis=1)
+    mahalanobis = xp.einsum("ki,ki->k", diff, xp.einsum("kij,kj->ki", w, diff))
     # E_{Lambda}[KL(N(m, (beta Lambda)^-1) || N(m0, (beta0 Lambda)^-1))], with E[Lambda] = nu W.
     kl_mean = 0.5 * (d * beta0 / beta - d + d * xp.log(beta / beta0) + beta0 * nu * mahalanobis)
     logdet_cov0 = cache["logdet_covariance_prior"]
