@@ -149,6 +149,8 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
     assert set(figures["cavi"]["rows"]) == {"pyro float64", "pyro float32"}
     for row in figures["cavi"]["rows"].values():
         assert positive(row["seconds_per_iteration"]) and positive(row["x_memory_bound"])
+    read_first = figures["cavi"]["objective_read_first"]["pyro float64"]
+    assert positive(read_first["seconds_per_iteration"]) and positive(read_first["x_queued"])
     assert figures["bam"]["pyro softmax"]["x_softmax"] == 1.0
     assert figures["launches"]["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
     (nuts,) = figures["nuts"]

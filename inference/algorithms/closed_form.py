@@ -26,6 +26,16 @@ class ClosedFormBound:
     problem: Problem
     cache: Any  # derived from the data once
     update: Any  # the compiled update
+    runs_ahead: bool = False  # queue the next update before reading an objective (a GPU)
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """The next update, queued from ``source`` before the objective of the update that made
+    ``source`` was read: its (state, objective), backend arrays still being computed."""
+
+    source: Any
+    result: tuple
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class ClosedFormState:
     bound: ClosedFormBound = dataclasses.field(compare=False, repr=False)
     inner: Any = None  # the model's state pytree (backend arrays)
     step: int = 0
+    ahead: Ahead | None = dataclasses.field(default=None, compare=False, repr=False)
 
     #: What a checkpoint holds (``inference.persistence.state_tree``).
     saved_fields: ClassVar[tuple[str, ...]] = ("inner", "step")
@@ -67,17 +78,43 @@ class _ClosedForm(Algorithm):
             start = problem.backend.asarray(start, problem.device, problem.dtype)
         inner, cache = updates.init(problem.backend_data(), start, config, xp)
         update = problem.backend.compile_step(lambda s, c: module.update(s, c, config, xp))
-        return ClosedFormState(ClosedFormBound(problem, cache, update), inner=inner)
+        ahead = problem.backend.runs_ahead(problem.device)
+        return ClosedFormState(ClosedFormBound(problem, cache, update, ahead), inner=inner)
 
     def step(self, state: ClosedFormState):
-        inner, objective = state.bound.update(state.inner, state.bound.cache)
-        new = dataclasses.replace(state, inner=inner, step=state.step + 1)
-        return new, Info(objective=float(objective))
+        """One update. Where the device runs ahead of the host (a GPU), the update after it is
+        queued before its objective is read, so that the device computes it while the host
+        waits for the number and goes round the loop: a small problem's iteration on a GPU
+        otherwise costs the host's time to queue it plus the device's time to run it. The
+        queued update is the one the next step takes, so every figure is what it would be
+        without it; a run that stops here discards it."""
+        bound, ahead = state.bound, state.ahead
+        if ahead is not None and ahead.source is state.inner:
+            inner, objective = ahead.result
+        else:
+            inner, objective = bound.update(state.inner, bound.cache)
+        read = bound.problem.backend.start_read(objective)
+        new = dataclasses.replace(
+            state, inner=inner, step=state.step + 1, ahead=_queue_next(bound, inner)
+        )
+        return new, Info(objective=read())
 
     def get_params(self, state: ClosedFormState) -> dict[str, np.ndarray]:
         backend = state.problem.backend
         raw = state.problem.spec.updates.raw_params(state.inner, state.bound.cache, backend.ops)
         return {k: backend.to_numpy(v) for k, v in raw.items()}
+
+
+def _queue_next(bound: ClosedFormBound, inner) -> Ahead | None:
+    """The update from ``inner``, queued now where the device runs ahead of the host; else
+    None. An update that fails here is left for the next step to run again, where the failure
+    is that step's (the run's loop then names the step and keeps the last good parameters)."""
+    if not bound.runs_ahead:
+        return None
+    try:
+        return Ahead(inner, bound.update(inner, bound.cache))
+    except Exception:
+        return None
 
 
 class CAVI(_ClosedForm):

@@ -61,6 +61,19 @@ def compile_step(fn):
     return jax.jit(fn)
 
 
+def runs_ahead(device) -> bool:
+    """Whether work queued on ``device`` runs while the host goes on (a GPU), so that the host
+    can queue the next step before it reads this one's result."""
+    return device.platform != "cpu"
+
+
+def start_read(value):
+    """A function that returns the scalar ``value`` as a Python float; its copy to the host
+    starts now, and reading waits for ``value`` alone, not for work queued after this call."""
+    value.copy_to_host_async()
+    return lambda: float(value)
+
+
 def make_elbo(name: str, num_particles: int):
     """NumPyro's estimator for ``name`` (``inference.algorithms.svi.ELBOS`` lists and explains them)."""
     from numpyro.infer import RenyiELBO, TraceMeanField_ELBO

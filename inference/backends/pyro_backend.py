@@ -142,6 +142,31 @@ def upload(value: torch.Tensor, device: torch.device) -> torch.Tensor:
     return value.pin_memory().to(device, non_blocking=True)
 
 
+def runs_ahead(device: torch.device) -> bool:
+    """Whether work queued on ``device`` runs while the host goes on (a GPU), so that the host
+    can queue the next step before it reads this one's result."""
+    return device.type == "cuda"
+
+
+def start_read(value: torch.Tensor):
+    """A function that returns the scalar ``value`` as a Python float. On a GPU the copy to the
+    host is queued now, into pinned memory, and the function waits for that copy alone:
+    ``float(value)`` would also wait for every kernel queued after this call."""
+    if value.device.type != "cuda":
+        number = float(value)
+        return lambda: number
+    host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+    host.copy_(value, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+
+    def read() -> float:
+        copied.synchronize()
+        return float(host)
+
+    return read
+
+
 def _fusable(params) -> bool:
     """Whether torch's fused Adam takes these parameters: floating point, on a CPU or GPU."""
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
