@@ -158,7 +158,7 @@ def start_read(value: torch.Tensor):
     host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
     host.copy_(value, non_blocking=True)
     copied = torch.cuda.Event()
-    copied.record()
+    copied.record(torch.cuda.current_stream(value.device))  # the copy's stream, on any GPU
 
     def read() -> float:
         copied.synchronize()
