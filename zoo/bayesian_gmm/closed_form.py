@@ -90,16 +90,30 @@ def m_step(stats, cache, config, xp) -> dict:
     return q
 
 
-def expected_log_weights(q, config, xp):
-    """E_q[log pi_k] under the Dirichlet or the stick-breaking posterior."""
+def digammas(q, cache, config, xp) -> dict:
+    """The digamma functions of q's parameters that both the expectations (E[log pi],
+    E[log |Lambda|]) and the KL terms use, computed once per q: ``"weights"`` (of the sticks'
+    a, b and a + b, or of the Dirichlet's alpha and its sum) and ``"dof"`` (the multivariate
+    digamma of nu / 2)."""
     if config.weight_prior == "dirichlet_process":
         a, b = q["stick_a"], q["stick_b"]
-        dg_ab = xp.digamma(a + b)
-        log_rest = xp.cumsum(xp.digamma(b) - dg_ab, axis=0)
-        zero = xp.zeros((1,), like=a)
-        return xp.digamma(a) - dg_ab + xp.concatenate([zero, log_rest[:-1]])
-    alpha = q["weight_concentration"]
-    return xp.digamma(alpha) - xp.digamma(xp.sum(alpha))
+        weights = (xp.digamma(a), xp.digamma(b), xp.digamma(a + b))
+    else:
+        alpha = q["weight_concentration"]
+        weights = (xp.digamma(alpha), xp.digamma(xp.sum(alpha)))
+    return {"weights": weights, "dof": _multi_digamma(0.5 * q["dof"], cache, xp)}
+
+
+def expected_log_weights(q, config, xp, dg):
+    """E_q[log pi_k] under the Dirichlet or the stick-breaking posterior; ``dg`` is
+    ``digammas(q, ...)``."""
+    if config.weight_prior == "dirichlet_process":
+        dg_a, dg_b, dg_ab = dg["weights"]
+        log_rest = xp.cumsum(dg_b - dg_ab, axis=0)
+        zero = xp.zeros((1,), like=dg_a)
+        return dg_a - dg_ab + xp.concatenate([zero, log_rest[:-1]])
+    dg_alpha, dg_total = dg["weights"]
+    return dg_alpha - dg_total
 
 
 # The multivariate digamma and log-gamma functions of the K components are one elementwise
@@ -121,20 +135,22 @@ def _multi_gammaln_of_float(a: float, d: int) -> float:
     return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a - 0.5 * i) for i in range(d))
 
 
-def expected_logdet_precision(q, cache, xp):
-    """E_q[log |Lambda_k|] (Bishop eq. 10.65)."""
+def expected_logdet_precision(q, cache, dg):
+    """E_q[log |Lambda_k|] (Bishop eq. 10.65); ``dg`` is ``digammas(q, ...)``."""
     d = cache["half_steps"].shape[0]
-    return _multi_digamma(0.5 * q["dof"], cache, xp) + d * math.log(2.0) + q["logdet_scale"]
+    return dg["dof"] + d * math.log(2.0) + q["logdet_scale"]
 
 
-def log_rho_coefficients(q, cache, config, xp):
-    """theta with ``phi(x) @ theta = E_q[log pi_k + log N(x | mu_k, Lambda_k^-1)]``; (F, K)."""
+def log_rho_coefficients(q, cache, config, xp, dg=None):
+    """theta with ``phi(x) @ theta = E_q[log pi_k + log N(x | mu_k, Lambda_k^-1)]``; (F, K).
+    ``dg``: ``digammas(q, ...)``, computed here when not given."""
     d = cache["shift"].shape[0]
+    dg = digammas(q, cache, config, xp) if dg is None else dg
     nu, beta, m, w = q["dof"], q["mean_precision"], q["means"], q["scale"]
     wm = xp.einsum("kij,kj->ki", w, m)
     const = (
-        expected_log_weights(q, config, xp)
-        + 0.5 * expected_logdet_precision(q, cache, xp)
+        expected_log_weights(q, config, xp, dg)
+        + 0.5 * expected_logdet_precision(q, cache, dg)
         - 0.5 * d * LOG_2PI
         - 0.5 * d / beta
         - 0.5 * nu * xp.sum(m * wm, axis=1)
@@ -142,33 +158,28 @@ def log_rho_coefficients(q, cache, config, xp):
     return coefficients(const, nu[:, None] * wm, nu[:, None, None] * w, cache, xp)
 
 
-def kl_weights(q, config, xp):
-    """KL(q(pi) || p(pi)), or the sum of the sticks' Beta KLs."""
+def kl_weights(q, config, xp, dg):
+    """KL(q(pi) || p(pi)), or the sum of the sticks' Beta KLs; ``dg`` is ``digammas(q, ...)``."""
     if config.weight_prior == "dirichlet_process":
         a, b, g = q["stick_a"], q["stick_b"], config.weight_concentration_prior
+        dg_a, dg_b, dg_ab = dg["weights"]
         log_beta_q = xp.gammaln(a) + xp.gammaln(b) - xp.gammaln(a + b)
         log_beta_p = math.lgamma(1.0) + math.lgamma(g) - math.lgamma(1.0 + g)
-        kl = (
-            log_beta_p
-            - log_beta_q
-            + (a - 1.0) * xp.digamma(a)
-            + (b - g) * xp.digamma(b)
-            + (1.0 - a + g - b) * xp.digamma(a + b)
-        )
+        kl = log_beta_p - log_beta_q + (a - 1.0) * dg_a + (b - g) * dg_b + (1.0 - a + g - b) * dg_ab
         return xp.sum(kl)
     alpha, a0 = q["weight_concentration"], config.weight_concentration_prior
+    dg_alpha, dg_total = dg["weights"]
     k = alpha.shape[0]
-    total = xp.sum(alpha)
     return (
-        xp.gammaln(total)
+        xp.gammaln(xp.sum(alpha))
         - xp.sum(xp.gammaln(alpha))
         - math.lgamma(k * a0)
         + k * math.lgamma(a0)
-        + xp.sum((alpha - a0) * (xp.digamma(alpha) - xp.digamma(total)))
+        + xp.sum((alpha - a0) * (dg_alpha - dg_total))
     )
 
 
-def kl_normal_wishart(q, cache, config, xp):
+def kl_normal_wishart(q, cache, config, xp, dg):
     """sum_k KL(NW(m_k, beta_k, W_k, nu_k) || NW(m0, beta0, W0, nu0))."""
     d = cache["shift"].shape[0]
     nu, beta, m, w = q["dof"], q["mean_precision"], q["means"], q["scale"]
@@ -187,7 +198,7 @@ def kl_normal_wishart(q, cache, config, xp):
         + 0.5 * nu * (trace - d)
         + _multi_gammaln_of_float(0.5 * nu0, d)
         - _multi_gammaln(0.5 * nu, cache, xp)
-        + 0.5 * (nu - nu0) * _multi_digamma(0.5 * nu, cache, xp)
+        + 0.5 * (nu - nu0) * dg["dof"]
     )
     return xp.sum(kl_mean + kl_wishart)
 
@@ -211,14 +222,15 @@ def update(state, cache, config, xp):
     # log_norm_n: the entropy of q(z) from the statistics, without another pass over (N, K).
     neg_entropy = xp.sum(stats["raw"] * state["theta"].T) - xp.sum(log_norm)
     q = m_step(stats, cache, config, xp)
-    theta = log_rho_coefficients(q, cache, config, xp)
+    dg = digammas(q, cache, config, xp)
+    theta = log_rho_coefficients(q, cache, config, xp, dg)
     # E_q[log p(x, z | pi, mu, Lambda)] is linear in the statistics: sum_k stats_k . theta_k.
     expected_log_joint = xp.sum(stats["raw"] * theta.T)
     elbo = (
         expected_log_joint
         - neg_entropy
-        - kl_weights(q, config, xp)
-        - kl_normal_wishart(q, cache, config, xp)
+        - kl_weights(q, config, xp, dg)
+        - kl_normal_wishart(q, cache, config, xp, dg)
     )
     return {"q": q, "theta": theta}, elbo
 
@@ -245,11 +257,12 @@ def natural_step(state, cache, config, xp, rho, scale):
     neg_entropy = xp.sum(batch * state["theta"].T) - xp.sum(log_norm)
     raw = (1.0 - rho) * state["raw"] + (rho * scale) * batch
     q = m_step(statistics_from_sums(raw, cache), cache, config, xp)
-    theta = log_rho_coefficients(q, cache, config, xp)
+    dg = digammas(q, cache, config, xp)
+    theta = log_rho_coefficients(q, cache, config, xp, dg)
     elbo = (
         scale * (xp.sum(batch * theta.T) - neg_entropy)
-        - kl_weights(q, config, xp)
-        - kl_normal_wishart(q, cache, config, xp)
+        - kl_weights(q, config, xp, dg)
+        - kl_normal_wishart(q, cache, config, xp, dg)
     )
     return {"q": q, "theta": theta, "raw": raw}, elbo
 
@@ -263,7 +276,9 @@ def elbo_terms(state, cache, config, xp):
     """(sum_n log sum_k exp(phi_n . theta_k), KL of the globals) at the current q of the globals
     and the optimal q(z) of the rows in ``cache``: the ELBO is ``scale * first - second``."""
     _, log_norm = responsibilities(state["theta"], cache, xp)
-    kl = kl_weights(state["q"], config, xp) + kl_normal_wishart(state["q"], cache, config, xp)
+    q = state["q"]
+    dg = digammas(q, cache, config, xp)
+    kl = kl_weights(q, config, xp, dg) + kl_normal_wishart(q, cache, config, xp, dg)
     return xp.sum(log_norm), kl
 
 
