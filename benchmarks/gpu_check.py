@@ -23,7 +23,8 @@ error and the run goes on; the end lists every figure that could not be taken):
   and float32, both backends (``cavi_speed.py``), with the bytes an iteration moves, the
   memory-bound time at the measured bandwidth, and the ratio to it; then float64 again with
   each iteration's objective read before the next update is queued (what the CPU does), to
-  show what queueing ahead saves on the device.
+  show what queueing ahead saves on the device; and float64 at N=1,000, where an iteration's
+  time is nearly all the host's time to issue it.
 * ``bam``: the Bayesian attention classifier's step against the softmax step, both backends,
   stepped side by side (``bam_speed.py``).
 * ``launches``: the operations per step of the Pyro paths of ``vae``, ``cavi`` and ``bam``
@@ -86,7 +87,7 @@ FULL = SimpleNamespace(
     agree_rows=2000, agree_steps=30, vae_agree_rows=2000, vae_agree_steps=100,
     bandwidth_bytes=2_000_000_000,
     vae_rows=50_000, vae_batches=(100, 1000), vae_epochs=2,
-    cavi_n=1_000_000, cavi_steps=12,
+    cavi_n=1_000_000, cavi_steps=12, cavi_small_n=1_000, cavi_small_steps=50,
     bam=dict(steps=10, warmup=5, rounds=3, rows=4096), launch_steps=5,
     nuts_sizes=(300, 10_000, 300_000), nuts_iterations=4, nuts_depth=4, nuts_limit=40.0,
 )  # fmt: skip
@@ -95,7 +96,7 @@ QUICK = SimpleNamespace(
     agree_rows=300, agree_steps=10, vae_agree_rows=300, vae_agree_steps=10,
     bandwidth_bytes=100_000_000,
     vae_rows=500, vae_batches=(100,), vae_epochs=2,
-    cavi_n=20_000, cavi_steps=4,
+    cavi_n=20_000, cavi_steps=4, cavi_small_n=1_000, cavi_small_steps=4,
     bam=dict(steps=2, warmup=1, rounds=2, rows=256), launch_steps=1,
     nuts_sizes=(300,), nuts_iterations=3, nuts_depth=3, nuts_limit=30.0,
 )  # fmt: skip
@@ -598,6 +599,18 @@ def cavi(run: Run) -> dict:
         read_first[f"{backend} float64"] = {"seconds_per_iteration": seconds, "x_queued": ratio}
         say(f"  {backend:8s} float64, each objective read before the next update: "
             f"{seconds * 1e3:.3f} ms/iteration, {ratio:.2f}x the time with it queued ahead")  # fmt: skip
+    small_n, small_steps = run.sizes.cavi_small_n, run.sizes.cavi_small_steps
+    x_small, resp_small = cavi_speed.make_problem(small_n, d, k)
+    small = run.figures["cavi"]["host_bound"] = {"n": small_n, "steps": small_steps, "rows": {}}
+    for backend in run.args.backends:
+        got = run.attempt(
+            f"cavi {backend} float64, N={small_n:,}", cavi_speed.zoo_iteration_time, x_small,
+            resp_small, k, backend, small_steps, device=dev, dtype="float64",
+        )  # fmt: skip
+        if got is not None:
+            small["rows"][f"{backend} float64"] = {"seconds_per_iteration": got[0]}
+            say(f"  {backend:8s} float64, N={small_n:,} (the host's time to issue an iteration): "
+                f"{got[0] * 1e3:.3f} ms/iteration")  # fmt: skip
     return run.figures["cavi"]
 
 

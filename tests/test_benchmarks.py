@@ -151,6 +151,9 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
         assert positive(row["seconds_per_iteration"]) and positive(row["x_memory_bound"])
     read_first = figures["cavi"]["objective_read_first"]["pyro float64"]
     assert positive(read_first["seconds_per_iteration"]) and positive(read_first["x_queued"])
+    host_bound = figures["cavi"]["host_bound"]
+    assert host_bound["n"] == 1_000
+    assert positive(host_bound["rows"]["pyro float64"]["seconds_per_iteration"])
     assert figures["bam"]["pyro softmax"]["x_softmax"] == 1.0
     assert figures["launches"]["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
     (nuts,) = figures["nuts"]
