@@ -35,7 +35,9 @@ error and the run goes on; the end lists every figure that could not be taken):
 * ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
   at a few data sizes, both backends: the figures that calibrate
   ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size below which a GPU fit warns that the
-  CPU is faster). Each row prints its size (latent dimension x data size).
+  CPU is faster). Each row prints its size (latent dimension x data size). A larger size is
+  skipped on a device only when the fit before it, its set-up apart (NumPyro compiles for
+  seconds whatever the size), shows that its sampling would run past the limit of one fit.
 
 Then the targets of the GPU work, met or not, and what could not be measured. The exit status
 is 1 when a smoke fit fails or an agreement check does not agree, else 0.
@@ -104,7 +106,7 @@ QUICK = SimpleNamespace(
 # once --budget is spent.
 SECTION_LIMITS = {
     "environment": 60, "smoke": 150, "agreement": 40, "bandwidth": 20,
-    "vae": 70, "cavi": 55, "bam": 40, "launches": 45, "nuts": 75,
+    "vae": 70, "cavi": 55, "bam": 40, "launches": 45, "nuts": 100,
 }  # fmt: skip
 # The smoke's NUTS runs: one chain, a few shallow iterations (where the algorithm's short run
 # sets these options).
@@ -656,7 +658,8 @@ def launches(run: Run) -> dict | None:
 
 def nuts_leapfrog_seconds(data, backend, device, iterations, depth):
     """Seconds per leapfrog step of one NUTS chain (the draws' chunk, after a warm-up chunk
-    that holds any compilation), the latent dimension, the data size and the fit's wall time."""
+    that holds any compilation), the latent dimension, the data size, the fit's wall time and
+    the seconds of its draws' chunk."""
     import inference
 
     kept = {}
@@ -671,7 +674,20 @@ def nuts_leapfrog_seconds(data, backend, device, iterations, depth):
     t = res.history["time"]
     steps = int(np.sum(res.sample_stats["n_steps"]))
     engine = kept["engine"]
-    return (t[-1] - t[-2]) / steps, engine.latent_dim, engine.data_size, res.timing["wall"]
+    sampling = t[-1] - t[-2]
+    return sampling / steps, engine.latent_dim, engine.data_size, res.timing["wall"], sampling
+
+
+def predicted_fit_seconds(wall: float, sampling: float, n: int, next_n: int) -> float:
+    """The wall time of the same NUTS fit at ``next_n`` data points, from one at ``n``: the part
+    that does not grow with the data (compilation, set-up: ``wall - sampling``) once, and the
+    draws' chunk twice (the warm-up chunk takes as many iterations), both scaled by the data.
+
+    >>> predicted_fit_seconds(14.0, 0.1, 300, 30_000)
+    33.8
+    """
+    fixed = max(wall - 2 * sampling, 0.0)
+    return round(fixed + 2 * sampling * next_n / n, 6)
 
 
 def nuts(run: Run) -> list[dict]:
@@ -684,29 +700,39 @@ def nuts(run: Run) -> list[dict]:
 
     dev, sizes = run.args.device, run.sizes
     spec = zoo.get_model("bayesian_gmm")
-    rows, too_slow = run.figures.setdefault("nuts", []), set()
+    rows, too_slow = run.figures.setdefault("nuts", []), {}  # (backend, device): why skipped
     say(f"  bayesian_gmm K=3, one chain of {sizes.nuts_iterations} + {sizes.nuts_iterations} "
         f"iterations, max_tree_depth={sizes.nuts_depth}; threshold {NUTS_GPU_MIN_SIZE:,}")  # fmt: skip
     say(f"  {'backend':8s} {'N':>8s} {'size':>12s} {'ms/leapfrog cpu':>16s} "
         f"{'ms/leapfrog ' + dev:>18s} {'device/cpu':>10s}  warns")  # fmt: skip
-    for n in sizes.nuts_sizes:
+    for i, n in enumerate(sizes.nuts_sizes):
         data = spec.make_data(np.random.default_rng(0), n)
+        next_n = sizes.nuts_sizes[i + 1] if i + 1 < len(sizes.nuts_sizes) else None
         for backend in run.args.backends:
             got = {}
             for where_ in dict.fromkeys(("cpu", dev)):  # once when the device is the CPU
                 if (backend, where_) in too_slow:
-                    run.missing(f"nuts {backend} N={n} on {where_}", "a smaller N ran too long")
+                    run.missing(f"nuts {backend} N={n} on {where_}", too_slow[backend, where_])
                     continue
-                t0 = time.perf_counter()
                 got[where_] = run.attempt(
                     f"nuts {backend} N={n} on {where_}", nuts_leapfrog_seconds, data, backend,
                     where_, sizes.nuts_iterations, sizes.nuts_depth, limit=sizes.nuts_limit,
                 )  # fmt: skip
-                if time.perf_counter() - t0 > sizes.nuts_limit / 3:
-                    too_slow.add((backend, where_))
+                if got[where_] is None:
+                    too_slow[backend, where_] = f"the fit at N={n} did not finish"
+                elif next_n is not None:
+                    # Judged by the sampling alone: a compiled sampler's set-up (NumPyro's takes
+                    # seconds) does not grow with the data.
+                    wall, sampling = got[where_][3:]
+                    expected = predicted_fit_seconds(wall, sampling, n, next_n)
+                    if expected > sizes.nuts_limit:
+                        too_slow[backend, where_] = (
+                            f"about {expected:.0f} s expected from N={n}, over the "
+                            f"{sizes.nuts_limit:.0f} s limit"
+                        )
             if not got.get("cpu") or not got.get(dev):
                 continue
-            (cpu_s, latent, size, cpu_wall), (dev_s, _, _, dev_wall) = got["cpu"], got[dev]
+            (cpu_s, latent, size, cpu_wall, _), (dev_s, _, _, dev_wall, _) = got["cpu"], got[dev]
             platform_ = "cuda" if dev.startswith("cuda") else dev
             row = {"backend": backend, "n": n, "latent_dim": latent, "data_size": size,
                    "size": sampling_size(latent, size), "seconds_per_leapfrog_cpu": cpu_s,

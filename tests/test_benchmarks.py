@@ -163,6 +163,33 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
     assert json.loads(path.read_text())["failures"] == []
 
 
+def test_gpu_check_skips_a_nuts_fit_only_when_its_sampling_would_run_too_long(monkeypatch):
+    """A sampler's compilation does not grow with the data: a slow first fit whose sampling is
+    fast does not stop the larger sizes; a larger size is skipped, with the reason, when the
+    sampling scaled to it would pass the limit."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("_gpu_check", BENCHMARKS / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.predicted_fit_seconds(14.0, 0.1, 300, 30_000) == pytest.approx(33.8)
+
+    def fake_fit(data, backend, device, iterations, depth):  # 5 s of set-up, then the data
+        sampling = 0.01 * len(data["x"])
+        return sampling / 100, 6, data["x"].size, 5.0 + 2 * sampling, sampling
+
+    monkeypatch.setattr(module, "nuts_leapfrog_seconds", fake_fit)
+    sizes = SimpleNamespace(nuts_sizes=(10, 20, 40), nuts_iterations=2, nuts_depth=2,
+                            nuts_limit=5.5)  # fmt: skip
+    args = SimpleNamespace(device="cpu", backends=["pyro"], budget=60.0)
+    run = module.Run(args, sizes)
+    rows = module.nuts(run)
+    assert [row["n"] for row in rows] == [10, 20]  # 20 expected in 5.4 s; 40 in 5.8 s
+    (skipped,) = run.not_measured
+    assert skipped.startswith("nuts pyro N=40 on cpu: about 6 s expected from N=20")
+
+
 def test_gpu_check_says_what_it_could_not_measure(capsys):
     """A device that is not there: the run stops after the environment, fails, and lists the
     sections it did not run."""
