@@ -283,3 +283,71 @@ def test_a_compare_row_says_how_long_the_chains_ran(regression_data):
     )  # fmt: skip
     assert table.rows[0]["steps"] == "2 x 25"
     assert "| 2 x 25 |" in table.to_markdown()
+
+
+def test_numpyro_starts_its_chains_in_one_compiled_call(monkeypatch):
+    """NumPyro's NUTS init, run eagerly, compiles each operation of the model and its gradient on
+    its own (about 550 compilations for this mixture, most of a small fit's time); the engine
+    compiles the init as one function."""
+    import jax
+
+    from inference.backends import numpyro_mcmc
+
+    compiled, during_init = [], [False]
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, seconds, **kw: (
+            during_init[0]
+            and event.startswith("/jax/core/compile/jaxpr_to_mlir")
+            and compiled.append(event)
+        )
+    )
+    init = numpyro_mcmc.NUTSEngine.init
+
+    def counted_init(self):
+        during_init[0] = True
+        try:
+            return init(self)
+        finally:
+            during_init[0] = False
+
+    monkeypatch.setattr(numpyro_mcmc.NUTSEngine, "init", counted_init)
+    data = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 50)
+    with pytest.warns(inference.ConvergenceWarning):  # two iterations, on purpose
+        inference.fit("bayesian_gmm", data, "nuts", "numpyro", K=2, num_chains=2, num_warmup=2,
+                      num_draws=2, max_tree_depth=2, progress=False)  # fmt: skip
+    assert 0 < len(compiled) < 200
+
+
+def test_a_numpyro_start_where_the_density_is_not_finite_is_an_error():
+    """Traced, NumPyro's init cannot raise its own error for an invalid start: the engine does."""
+    from types import SimpleNamespace
+
+    import jax.numpy as jnp
+
+    from inference.backends.numpyro_mcmc import check_start
+
+    good = SimpleNamespace(potential_energy=jnp.asarray(1.0), z_grad={"a": jnp.zeros(3)})
+    check_start(good)
+    check_start([good, good])
+    for bad in (
+        SimpleNamespace(potential_energy=jnp.asarray(jnp.inf), z_grad={"a": jnp.zeros(3)}),
+        SimpleNamespace(potential_energy=jnp.asarray(1.0), z_grad={"a": jnp.array([0, jnp.nan])}),
+    ):
+        with pytest.raises(RuntimeError, match="Cannot find valid initial parameters"):
+            check_start([good, bad])
+
+
+def test_numpyro_vectorized_chains_draw_what_sequential_chains_draw(regression_data):
+    """chain_method="vectorized" advances the chains together (one compiled init and chunk for
+    all of them) from the same random keys as one after another."""
+    options = dict(seed=5, progress=False, num_chains=2, num_warmup=40, num_draws=40)
+    with pytest.warns(inference.ConvergenceWarning):  # a short run, on purpose
+        by_chain = {
+            method: inference.fit(
+                REGRESSION, regression_data, "nuts", "numpyro", chain_method=method, **options
+            )  # fmt: skip
+            for method in ("sequential", "vectorized")
+        }
+    draws = by_chain["vectorized"].draws["coef"]
+    assert draws.shape == (2, 40, 3)
+    np.testing.assert_allclose(draws, by_chain["sequential"].draws["coef"], rtol=1e-6)

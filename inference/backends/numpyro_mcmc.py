@@ -28,6 +28,18 @@ from inference.algorithms.sampler_device import count_values, warn_if_cpu_faster
 STATS = ("diverging", "acceptance_rate", "step_size", "n_steps", "lp", "energy")
 
 
+def check_start(states) -> None:
+    """Raise NumPyro's error for chains that start where the log density or its gradient is not
+    finite (``states``: one ``HMCState`` or a list of them)."""
+    for state in states if isinstance(states, list) else [states]:
+        values = [state.potential_energy, *jax.tree.leaves(state.z_grad)]
+        if not all(bool(jnp.all(jnp.isfinite(v))) for v in values):
+            raise RuntimeError(
+                "Cannot find valid initial parameters: the log density or its gradient is not "
+                "finite where the chains start. Please check your model again."
+            )
+
+
 class NUTSEngine:
     """Chains of ``numpyro.infer.NUTS`` on ``model(data, config)``, discrete sites enumerated."""
 
@@ -55,10 +67,15 @@ class NUTSEngine:
         keys = jax.random.split(jax.random.PRNGKey(self.seed), self.options.num_chains)
         keys = jax.device_put(keys, self.device)
         num_warmup = self.options.num_warmup
-        if self.vectorized:
-            states = self.kernel.init(keys, num_warmup, model_args=(), model_kwargs={})
-        else:
-            states = [self.kernel.init(k, num_warmup, model_args=(), model_kwargs={}) for k in keys]
+        # NumPyro's init compiled as one function: run as it is, it evaluates the model and
+        # its gradient one operation at a time, each compiled on its own (hundreds of small
+        # compilations, most of a small fit's time). Traced, it skips NumPyro's own check
+        # that the start is valid, which check_start makes instead.
+        start = jax.jit(
+            lambda key: self.kernel.init(key, num_warmup, model_args=(), model_kwargs={})
+        )
+        states = start(keys) if self.vectorized else [start(k) for k in keys]
+        check_start(states)
         self._chunk = jax.jit(self._make_chunk())
         one = states if self.vectorized else states[0]
         self.latent_dim = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(one.z))
