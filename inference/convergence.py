@@ -147,9 +147,11 @@ def draw_problems(result) -> list[str]:
 
     import arviz as az
 
+    # The draws alone: result.to_arviz() would also evaluate the pointwise log-likelihood of
+    # every draw at every data point, which the diagnostics do not read.
     with warnings.catch_warnings():  # r-hat of one chain, ESS of a constant: NaN, said here
         warnings.simplefilter("ignore")
-        summary = az.summary(result.to_arviz(), kind="diagnostics")
+        summary = az.summary(az.from_dict(posterior=result.draws), kind="diagnostics")
     divergences = int(np.sum(result.sample_stats.get("diverging", 0)))
     num_chains = next(iter(result.draws.values())).shape[0]
     return nuts_problems(summary, divergences, num_chains)

@@ -351,3 +351,19 @@ def test_numpyro_vectorized_chains_draw_what_sequential_chains_draw(regression_d
     draws = by_chain["vectorized"].draws["coef"]
     assert draws.shape == (2, 40, 3)
     np.testing.assert_allclose(draws, by_chain["sequential"].draws["coef"], rtol=1e-6)
+
+
+def test_the_convergence_check_reads_the_draws_alone(regression_nuts, monkeypatch):
+    """The check after a sampler's run finds what ArviZ's summary of the whole result finds,
+    without ``to_arviz``, which also scores every draw at every data point."""
+    from inference.convergence import draw_problems, nuts_problems
+
+    summary = az.summary(regression_nuts.to_arviz(), kind="diagnostics")
+    divergences = int(np.sum(regression_nuts.sample_stats["diverging"]))
+    expected = nuts_problems(summary, divergences, num_chains=4)
+
+    def not_needed(*args, **kwargs):
+        raise AssertionError("the convergence check converted the whole result")
+
+    monkeypatch.setattr(type(regression_nuts), "to_arviz", not_needed)
+    assert draw_problems(regression_nuts) == expected
