@@ -680,8 +680,8 @@ def nuts_leapfrog_seconds(data, backend, device, iterations, depth):
 
 def predicted_fit_seconds(wall: float, sampling: float, n: int, next_n: int) -> float:
     """The wall time of the same NUTS fit at ``next_n`` data points, from one at ``n``: the part
-    that does not grow with the data (compilation, set-up: ``wall - sampling``) once, and the
-    draws' chunk twice (the warm-up chunk takes as many iterations), both scaled by the data.
+    that does not grow with the data (compilation, set-up: ``wall - 2 * sampling``) as it was,
+    and the draws' chunk twice (the warm-up chunk takes as many iterations), scaled by the data.
 
     >>> predicted_fit_seconds(14.0, 0.1, 300, 30_000)
     33.8
