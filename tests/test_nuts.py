@@ -285,7 +285,7 @@ def test_a_compare_row_says_how_long_the_chains_ran(regression_data):
     assert "| 2 x 25 |" in table.to_markdown()
 
 
-def test_numpyro_starts_its_chains_in_one_compiled_call(monkeypatch):
+def test_numpyro_starts_its_chains_in_one_compiled_call(monkeypatch, request):
     """NumPyro's NUTS init, run eagerly, compiles each operation of the model and its gradient on
     its own (about 550 compilations for this mixture, most of a small fit's time); the engine
     compiles the init as one function."""
@@ -294,13 +294,15 @@ def test_numpyro_starts_its_chains_in_one_compiled_call(monkeypatch):
     from inference.backends import numpyro_mcmc
 
     compiled, during_init = [], [False]
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, seconds, **kw: (
-            during_init[0]
-            and event.startswith("/jax/core/compile/jaxpr_to_mlir")
-            and compiled.append(event)
-        )
-    )
+
+    def count(event, seconds, **kwargs):
+        if during_init[0] and event.startswith("/jax/core/compile/jaxpr_to_mlir"):
+            compiled.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    # Older JAX has no public way to remove a listener; this one counts nothing outside the init.
+    unregister = getattr(jax.monitoring, "unregister_event_duration_listener", lambda _: None)
+    request.addfinalizer(lambda: unregister(count))
     init = numpyro_mcmc.NUTSEngine.init
 
     def counted_init(self):

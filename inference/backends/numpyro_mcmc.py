@@ -31,13 +31,17 @@ STATS = ("diverging", "acceptance_rate", "step_size", "n_steps", "lp", "energy")
 def check_start(states) -> None:
     """Raise NumPyro's error for chains that start where the log density or its gradient is not
     finite (``states``: one ``HMCState`` or a list of them)."""
-    for state in states if isinstance(states, list) else [states]:
-        values = [state.potential_energy, *jax.tree.leaves(state.z_grad)]
-        if not all(bool(jnp.all(jnp.isfinite(v))) for v in values):
-            raise RuntimeError(
-                "Cannot find valid initial parameters: the log density or its gradient is not "
-                "finite where the chains start. Please check your model again."
-            )
+    values = [
+        jnp.all(jnp.isfinite(v))
+        for state in (states if isinstance(states, list) else [states])
+        for v in (state.potential_energy, *jax.tree.leaves(state.z_grad))
+    ]
+    # One read on the host for every chain and leaf: on a GPU each read waits for the device.
+    if not bool(jnp.all(jnp.stack(values))):
+        raise RuntimeError(
+            "Cannot find valid initial parameters: the log density or its gradient is not "
+            "finite where the chains start. Please check your model again."
+        )
 
 
 class NUTSEngine:
