@@ -300,9 +300,7 @@ def test_numpyro_starts_its_chains_in_one_compiled_call(monkeypatch, request):
             compiled.append(event)
 
     jax.monitoring.register_event_duration_secs_listener(count)
-    # Older JAX has no public way to remove a listener; this one counts nothing outside the init.
-    unregister = getattr(jax.monitoring, "unregister_event_duration_listener", lambda _: None)
-    request.addfinalizer(lambda: unregister(count))
+    request.addfinalizer(lambda: jax.monitoring.unregister_event_duration_listener(count))
     init = numpyro_mcmc.NUTSEngine.init
 
     def counted_init(self):

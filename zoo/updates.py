@@ -27,6 +27,7 @@ defines it, evaluates a fit's ELBO over data read in chunks
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
@@ -138,17 +139,27 @@ class ClosedFormUpdates:
     def raw_params(self, state, cache, xp) -> dict:
         return self.load().raw_params(state, cache, xp)
 
-    def guide_start(self, data: dict, start, config, xp, asarray, to_numpy, advice: str = ""):
+    def guide_start(
+        self, data: dict, start, config, xp, asarray, to_numpy, advice: str = "", compile_step=None
+    ):
         """The SVI guides' starting values (numpy) after one update from ``start`` (numpy
         responsibilities), for updates that start from responsibilities; else None (the guides
         start from their own values). ``asarray``/``to_numpy`` move arrays to the backend of
-        ``config`` and ``xp`` and back."""
+        ``config`` and ``xp`` and back. ``compile_step(fn, config, key)`` (a backend's) compiles
+        the update, which JAX would otherwise compile operation by operation (seconds for a
+        mixture); without it the update runs eagerly."""
         if self.start != "responsibilities":
             return None
-        state, cache = self.init(
-            {k: asarray(v) for k, v in data.items()}, asarray(start), config, xp
-        )
-        raw = {k: to_numpy(v) for k, v in self.raw_params(state, cache, xp).items()}
+
+        def one_update(config, data, start):
+            return self.raw_params(*self.init(data, start, config, xp), xp)
+
+        if compile_step is None:
+            one_update = functools.partial(one_update, config)
+        else:
+            one_update = compile_step(one_update, config, (self.module, "guide_start"))
+        values = one_update({k: asarray(v) for k, v in data.items()}, asarray(start))
+        raw = {k: to_numpy(v) for k, v in values.items()}
         if not all(np.isfinite(v).all() for v in raw.values()):
             raise ValueError(
                 "The starting parameters (one closed-form update from the initial "

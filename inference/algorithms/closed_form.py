@@ -76,8 +76,12 @@ class _ClosedForm(Algorithm):
         )
         if start is not None:
             start = problem.backend.asarray(start, problem.device, problem.dtype)
-        inner, cache = updates.init(problem.backend_data(), start, config, xp)
-        update = problem.backend.compile_step(lambda s, c: module.update(s, c, config, xp))
+        # The start is compiled as the update is: JAX would otherwise compile each of its
+        # operations on its own (seconds for a mixture).
+        compile_step, key = problem.backend.compile_step, updates.module
+        init = compile_step(lambda cf, d, s: updates.init(d, s, cf, xp), config, (key, "init"))
+        inner, cache = init(problem.backend_data(), start)
+        update = compile_step(lambda cf, s, c: module.update(s, c, cf, xp), config, (key, "update"))
         ahead = problem.backend.runs_ahead(problem.device)
         return ClosedFormState(ClosedFormBound(problem, cache, update, ahead), inner=inner)
 
@@ -160,4 +164,5 @@ def start_values(problem: Problem, init) -> dict[str, np.ndarray] | None:
         lambda a: back.asarray(a, device, "float64"),
         back.to_numpy,
         advice=problem.spec.numerical_advice,
+        compile_step=back.compile_step,
     )

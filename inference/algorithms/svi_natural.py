@@ -164,18 +164,31 @@ class NaturalGradientSVI(Algorithm):
             problem.spec.name, first, problem.config, problem.init, problem.seed
         )
         scale = problem.num_data / len(next(iter(first.values())))
-        inner, context = updates.init_natural(
+        # The start is compiled as the steps are: JAX would otherwise compile each of its
+        # operations on its own (seconds for a mixture).
+        key = updates.module
+        init = back.compile_step(
+            lambda cf, d, s, scale: updates.init_natural(d, s, cf, xp, scale),
+            config,
+            (key, "init_natural"),
+        )
+        inner, context = init(
             problem.backend_data(),
             None if start is None else back.asarray(start, problem.device, problem.dtype),
-            config,
-            xp,
             scale,
+        )
+        compiled_step = back.compile_step(
+            lambda cf, inner, context, batch, rho, scale: updates.natural_step(
+                inner, context, batch, cf, xp, rho, scale
+            ),
+            config,
+            (key, "natural_step"),
         )
 
         def step(inner, batch, rho, scale):
-            return updates.natural_step(inner, context, batch, config, xp, rho, scale)
+            return compiled_step(inner, context, batch, rho, scale)
 
-        bound = NaturalBound(problem, source, back.compile_step(step))
+        bound = NaturalBound(problem, source, step)
         return NaturalState(bound, inner, context, tau=tau, kappa=kappa)
 
     def step_size(self, state: NaturalState, step: int) -> float:

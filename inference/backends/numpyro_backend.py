@@ -57,8 +57,23 @@ def backend_config(config, device, dtype):
     return convert_config(config, lambda a: asarray(a, device, dtype))
 
 
-def compile_step(fn):
-    return jax.jit(fn)
+def compile_step(fn, config=None, key=None):
+    """``fn`` compiled by ``jax.jit``. With ``config``, ``fn(config, *args)``: the config's
+    arrays are arguments of the compilation, which is kept by ``key`` (naming ``fn``) and the
+    config's structure, so that a later fit with the same structure and other prior values
+    (from other data) reuses it."""
+    if config is None:
+        return jax.jit(fn)
+    kept = (key, _config_key(config))
+    if kept not in _COMPILED_STEPS:
+        _COMPILED_STEPS[kept] = jax.jit(
+            lambda arrays, *args: fn(_with_arrays(config, arrays), *args)
+        )
+    return functools.partial(_COMPILED_STEPS[kept], _config_arrays(config))
+
+
+#: The closed-form algorithms' compiled functions (``compile_step``), by key and config structure.
+_COMPILED_STEPS: dict = {}
 
 
 def runs_ahead(device) -> bool:
@@ -427,6 +442,7 @@ _COMPILED: dict = {}
 def clear_compiled() -> None:
     """Forget the compiled functions of earlier fits (the next fit of each structure compiles)."""
     _COMPILED.clear()
+    _COMPILED_STEPS.clear()
 
 
 class SVIEngine:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 
@@ -78,9 +79,9 @@ def backend_config(config, device, dtype):
     return convert_config(config, lambda a: asarray(a, device, dtype))
 
 
-def compile_step(fn):
-    """Closed-form steps run eagerly on torch."""
-    return fn
+def compile_step(fn, config=None, key=None):
+    """Closed-form steps run eagerly on torch; with ``config``, ``fn(config, *args)``."""
+    return fn if config is None else functools.partial(fn, config)
 
 
 ELBOS = {
