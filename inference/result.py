@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp
 
 from inference.algorithm import posterior_family
 from inference.backends import get_backend
@@ -421,6 +420,8 @@ class FitResult:
         data = self._checked(x)
         size = max(1, CHUNK_BYTES // self._scoring_bytes_per_draw(_num_rows(data)))
         if self._num_draws(num_samples) <= size:  # one draw, with the seed as given
+            from scipy.special import logsumexp  # here: SciPy's special functions import slowly
+
             ll = self._pointwise(data, num_samples, seed)
             return logsumexp(ll, axis=0) - np.log(ll.shape[0])
         log_sum, count = LogSumExp(), 0

@@ -10,6 +10,7 @@ the closed forms' layout and linear-algebra functions are torch's and JAX's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -327,9 +328,16 @@ class NumpyOps:
 
     def __init__(self):
         import numpy as np
+
+        self.np = np
+
+    @functools.cached_property
+    def special(self):
+        """``scipy.special``, imported when first used: it takes a while (this class is made
+        when ``zoo`` is imported)."""
         import scipy.special
 
-        self.np, self.special = np, scipy.special
+        return scipy.special
 
     def asarray(self, value, like):
         return self.np.asarray(value, dtype=like.dtype)

@@ -8,7 +8,6 @@ the same code.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
 LOG_2PI = np.log(2 * np.pi)
 
@@ -97,6 +96,8 @@ def sites_from_params(params, config) -> dict:
 
 def log_likelihood(samples, data, chunk: int = 64) -> np.ndarray:
     """(S, N) log sum_k w_sk N(x_n | mu_sk, Lambda_sk^-1), in chunks of draws to bound memory."""
+    from scipy.special import logsumexp  # here: SciPy's special functions import slowly
+
     x = data["x"]
     d = x.shape[1]
     out = []

@@ -8,7 +8,6 @@ Backend-neutral: both backends' fits are evaluated by the same code (held-out li
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
 
 def sample_posterior(params, config, family, rng, num_samples):
@@ -45,6 +44,8 @@ def component_log_likelihood(probs, x):
 
 def mixture_log_likelihood(weights, probs, x):
     """(N,) ``log sum_k weights_k p(x_n | probs_k)``."""
+    from scipy.special import logsumexp  # here: SciPy's special functions import slowly
+
     return logsumexp(component_log_likelihood(probs, x) + np.log(weights), axis=1)
 
 

@@ -4,7 +4,6 @@ backend-neutral checks; training runs the torch and equinox twins of the same ne
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
 _ACTIVATIONS = {"tanh": np.tanh, "relu": lambda h: np.maximum(h, 0), "softplus": np.logaddexp}
 
@@ -33,5 +32,7 @@ def encode(params, config, x) -> tuple[np.ndarray, np.ndarray]:
 
 def decode(params, config, z) -> np.ndarray:
     """Pixel probabilities (N, D) of p(x | z) for latents ``z`` (N, L)."""
+    from scipy.special import expit  # here: SciPy's special functions import slowly
+
     h = _body(params, "decoder", config, np.asarray(z, dtype=np.float64))
     return expit(_linear(params, "decoder.logits", h))
