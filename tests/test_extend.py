@@ -394,6 +394,40 @@ def test_check_model_says_which_contract_a_model_breaks(monkeypatch, plugin):
         report.raise_for_failures()
 
 
+@pytest.mark.parametrize("part", ["init_state", "update"])
+def test_updates_that_read_an_array_value_name_themselves_on_numpyro(
+    monkeypatch, plugin, regression_data, part
+):
+    """NumPyro compiles the closed-form updates: one that takes ``float()`` of an array fails
+    there with a TypeError that names the functions and the rule, and check_model reports it;
+    Pyro runs it eagerly and fits."""
+    from inference.backends import numpyro_backend
+
+    module = importlib.import_module(plugin.updates.module)
+    pure = getattr(module, part)
+
+    def impure(*args):
+        if float(args[-3 if part == "update" else 0]["yty"]) < 0:  # Python reads a value
+            raise AssertionError("unreachable")
+        return pure(*args)
+
+    monkeypatch.setattr(module, part, impure)
+    numpyro_backend.clear_compiled()  # compile the impure function, not a kept pure one
+    try:
+        with pytest.raises(TypeError) as caught:
+            inference.fit(MODEL, regression_data, "cavi", "numpyro", progress=False)
+        message = str(caught.value)
+        names = "init_cache and init_state" if part == "init_state" else "update"
+        assert f"JAX could not compile {names} of {plugin.updates.module}" in message
+        assert "ConcretizationTypeError" in message and "must be pure" in message
+        report = conformance.check_model(plugin, algorithms=["cavi"], num_steps=3)
+        assert report["cavi/pyro"].passed
+        assert report["cavi/numpyro"].status == "fail"
+        assert "must be pure" in report["cavi/numpyro"].message
+    finally:
+        numpyro_backend.clear_compiled()
+
+
 def test_a_broken_plugin_warns_and_spares_the_rest(monkeypatch, tmp_path, plugin):
     """One distribution, two entry points: one names a module that is not there, the other a
     spec whose twins disagree. The first is skipped with a warning naming it; the second is

@@ -69,11 +69,51 @@ def compile_step(fn, config=None, key=None):
         _COMPILED_STEPS[kept] = jax.jit(
             lambda arrays, *args: fn(_with_arrays(config, arrays), *args)
         )
-    return functools.partial(_COMPILED_STEPS[kept], _config_arrays(config))
+    compiled, arrays = _COMPILED_STEPS[kept], _config_arrays(config)
+
+    def step(*args):
+        try:
+            return compiled(arrays, *args)
+        except _NOT_TRACEABLE as error:
+            raise TypeError(_not_traceable_message(key, error)) from error
+
+    return step
 
 
 #: The closed-form algorithms' compiled functions (``compile_step``), by key and config structure.
 _COMPILED_STEPS: dict = {}
+
+#: What JAX raises when a function it traces reads an array's value in Python.
+_NOT_TRACEABLE = (
+    jax.errors.ConcretizationTypeError,  # bool(), float(), ``if`` on an array
+    jax.errors.TracerArrayConversionError,  # numpy on an array
+    jax.errors.TracerIntegerConversionError,  # int(), an array as an index
+    jax.errors.NonConcreteBooleanIndexError,  # x[mask]: a shape that depends on values
+)
+
+#: The functions of a closed-form module that ``compile_step``'s keys (module, part) compile.
+_PARTS = {
+    "init": "init_cache and init_state",
+    "update": "update",
+    "init_natural": "init_cache and init_natural_state",
+    "natural_step": "init_cache and natural_step",
+    "guide_start": "init_cache, init_state and raw_params",
+}
+
+
+def _not_traceable_message(key, error) -> str:
+    """What to change when a function ``compile_step`` compiles reads an array's value."""
+    module, part = key if isinstance(key, tuple) and len(key) == 2 else (key, None)
+    where = f"{_PARTS.get(part, part)} of {module}" if part else f"{module}"
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (
+        f"JAX could not compile {where} ({type(error).__name__}: {first}). The NumPyro "
+        "backend compiles a model's closed-form updates with jax.jit, so they must be pure "
+        "functions of their arrays: no Python if, float(), int() or numpy call on an array's "
+        "value, and no boolean-mask indexing; use xp's functions instead (see "
+        "section 6, closed-form updates, of docs/extending.md). The Pyro backend runs them "
+        "eagerly."
+    )
 
 
 def runs_ahead(device) -> bool:
