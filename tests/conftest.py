@@ -1,11 +1,20 @@
 import importlib
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
-# No persistent compilation cache: the tests neither write into the user's cache nor depend on
-# what earlier runs left there (they count compilations). Scripts the tests start inherit it.
-os.environ.setdefault("ZOO_JAX_CACHE", "0")
+# NumPyro's compiled functions are kept in a cache of this test run's own (``ZOO_JAX_CACHE``),
+# made here in the main process and inherited by the xdist workers and the scripts the tests
+# start: a structure that several tests fit is compiled once per run, not once per test and
+# worker (compiling is most of the suite's time). The tests neither write into the user's cache
+# nor read what earlier runs left there. ``ZOO_JAX_CACHE=0`` runs them with no cache at all.
+if "ZOO_JAX_CACHE" not in os.environ:
+    _RUN_CACHE = tempfile.mkdtemp(prefix="ppl-zoo-tests-")
+    os.environ["ZOO_JAX_CACHE"] = _RUN_CACHE
+else:
+    _RUN_CACHE = None  # the caller's setting, or this run's made by the main process
 # One OpenBLAS thread, set before SciPy's OpenBLAS loads (xdist's workers inherit it): JAX's
 # LAPACK kernels on CPU (a triangular solve, a Cholesky) call it, and its threads spin while they
 # wait. With other processes on the cores (the other xdist workers), each of a NUTS or SVI step's
@@ -72,6 +81,12 @@ def data_dir():
 
 #: How a test that needs MNIST says it was skipped (read back by the summary below).
 MNIST_MISSING = "MNIST is not available"
+
+
+def pytest_sessionfinish(session):
+    """The run's compilation cache goes with the run (the process that made it removes it)."""
+    if _RUN_CACHE is not None:
+        shutil.rmtree(_RUN_CACHE, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):
