@@ -157,7 +157,9 @@ class ClosedFormUpdates:
         if compile_step is None:
             one_update = functools.partial(one_update, config)
         else:
-            one_update = compile_step(one_update, config, (self.module, "guide_start"))
+            one_update = compile_step(
+                one_update, config, (self.module, "init_cache, init_state and raw_params")
+            )
         values = one_update({k: asarray(v) for k, v in data.items()}, asarray(start))
         raw = {k: to_numpy(v) for k, v in values.items()}
         if not all(np.isfinite(v).all() for v in raw.values()):

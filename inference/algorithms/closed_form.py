@@ -79,7 +79,9 @@ class _ClosedForm(Algorithm):
         # The start is compiled as the update is: JAX would otherwise compile each of its
         # operations on its own (seconds for a mixture).
         compile_step, key = problem.backend.compile_step, updates.module
-        init = compile_step(lambda cf, d, s: updates.init(d, s, cf, xp), config, (key, "init"))
+        init = compile_step(
+            lambda cf, d, s: updates.init(d, s, cf, xp), config, (key, "init_cache and init_state")
+        )
         inner, cache = init(problem.backend_data(), start)
         update = compile_step(lambda cf, s, c: module.update(s, c, cf, xp), config, (key, "update"))
         ahead = problem.backend.runs_ahead(problem.device)

@@ -170,7 +170,7 @@ class NaturalGradientSVI(Algorithm):
         init = back.compile_step(
             lambda cf, d, s, scale: updates.init_natural(d, s, cf, xp, scale),
             config,
-            (key, "init_natural"),
+            (key, "init_cache and init_natural_state"),
         )
         inner, context = init(
             problem.backend_data(),
@@ -182,7 +182,7 @@ class NaturalGradientSVI(Algorithm):
                 inner, context, batch, cf, xp, rho, scale
             ),
             config,
-            (key, "natural_step"),
+            (key, "init_cache and natural_step"),
         )
 
         def step(inner, batch, rho, scale):

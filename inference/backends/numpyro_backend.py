@@ -59,9 +59,10 @@ def backend_config(config, device, dtype):
 
 def compile_step(fn, config=None, key=None):
     """``fn`` compiled by ``jax.jit``. With ``config``, ``fn(config, *args)``: the config's
-    arrays are arguments of the compilation, which is kept by ``key`` (naming ``fn``) and the
-    config's structure, so that a later fit with the same structure and other prior values
-    (from other data) reuses it."""
+    arrays are arguments of the compilation, which is kept by ``key`` and the config's
+    structure, so that a later fit with the same structure and other prior values (from other
+    data) reuses it. ``key`` names ``fn``: ``(module, functions of it that fn runs)``, which an
+    error says when JAX cannot compile them."""
     if config is None:
         return jax.jit(fn)
     kept = (key, _config_key(config))
@@ -91,21 +92,11 @@ _NOT_TRACEABLE = (
     jax.errors.NonConcreteBooleanIndexError,  # x[mask]: a shape that depends on values
 )
 
-#: The functions of a closed-form module that ``compile_step``'s keys (module, part) compile.
-_PARTS = {
-    "init": "init_cache and init_state",
-    "update": "update",
-    "init_natural": "init_cache and init_natural_state",
-    "natural_step": "init_cache and natural_step",
-    "guide_start": "init_cache, init_state and raw_params",
-}
-
 
 def _not_traceable_message(key, error) -> str:
     """What to change when a function ``compile_step`` compiles reads an array's value."""
-    module, part = key if isinstance(key, tuple) and len(key) == 2 else (key, None)
-    where = f"{_PARTS.get(part, part)} of {module}" if part else f"{module}"
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    where = " of ".join(reversed(key)) if isinstance(key, tuple) else str(key)
+    first = (str(error).strip().splitlines() or [""])[0]
     return (
         f"JAX could not compile {where} ({type(error).__name__}: {first}). The NumPyro "
         "backend compiles a model's closed-form updates with jax.jit, so they must be pure "
