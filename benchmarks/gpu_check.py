@@ -27,17 +27,18 @@ error and the run goes on; the end lists every figure that could not be taken):
   time is nearly all the host's time to issue it.
 * ``bam``: the Bayesian attention classifier's step against the softmax step, both backends,
   stepped side by side (``bam_speed.py``).
+* ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
+  at a few data sizes, both backends: the figures that calibrate
+  ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size below which a GPU fit warns that the
+  CPU is faster). Each row prints its size (latent dimension x data size). A larger size is
+  skipped on a device when the fit before it did not finish, or when the two fits before it,
+  their set-up apart (NumPyro compiles for seconds whatever the size), show that its sampling
+  would run past the limit of one fit.
 * ``launches``: the operations per step of the Pyro paths of ``vae``, ``cavi`` and ``bam``
   counted on the device (``op_counts.py``), beside the kernel launches PyTorch's profiler sees:
   whether the step times follow the launch counts that a CPU can count; and the instructions of
   NumPyro's compiled CAVI iteration and Bayesian attention steps as XLA compiles them for the
   device.
-* ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
-  at a few data sizes, both backends: the figures that calibrate
-  ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size below which a GPU fit warns that the
-  CPU is faster). Each row prints its size (latent dimension x data size). A larger size is
-  skipped on a device only when the fit before it, its set-up apart (NumPyro compiles for
-  seconds whatever the size), shows that its sampling would run past the limit of one fit.
 
 Then the targets of the GPU work, met or not, and what could not be measured. The exit status
 is 1 when a smoke fit fails or an agreement check does not agree, else 0.
@@ -80,7 +81,7 @@ if str(HERE.parent) not in sys.path:  # this checkout's packages, run from anywh
     sys.path.insert(1, str(HERE.parent))
 
 SECTIONS = (
-    "environment", "smoke", "agreement", "bandwidth", "vae", "cavi", "bam", "launches", "nuts",
+    "environment", "smoke", "agreement", "bandwidth", "vae", "cavi", "bam", "nuts", "launches",
 )  # fmt: skip
 
 # Sizes of the full run (on a GPU) and of --quick (a CPU in about two minutes).
@@ -106,7 +107,7 @@ QUICK = SimpleNamespace(
 # once --budget is spent.
 SECTION_LIMITS = {
     "environment": 60, "smoke": 150, "agreement": 40, "bandwidth": 20,
-    "vae": 70, "cavi": 55, "bam": 40, "launches": 45, "nuts": 100,
+    "vae": 70, "cavi": 55, "bam": 40, "nuts": 120, "launches": 120,
 }  # fmt: skip
 # The smoke's NUTS runs: one chain, a few shallow iterations (where the algorithm's short run
 # sets these options).
@@ -650,7 +651,12 @@ def launches(run: Run) -> dict | None:
         return None
     op_counts = _benchmark("op_counts")
     argv = ["--device", run.args.device, "--steps", str(run.sizes.launch_steps)]
-    return op_counts.main(argv)
+    table = {}
+    for rows in op_counts.ROWS:  # one table at a time: a time limit loses only the rest
+        got = run.attempt(f"launches {rows}", op_counts.main, [*argv, "--rows", rows])
+        if got:
+            table.update(got)
+    return table
 
 
 # --- NUTS on the device against the CPU ---------------------------------------------------------
@@ -678,16 +684,23 @@ def nuts_leapfrog_seconds(data, backend, device, iterations, depth):
     return sampling / steps, engine.latent_dim, engine.data_size, res.timing["wall"], sampling
 
 
-def predicted_fit_seconds(wall: float, sampling: float, n: int, next_n: int) -> float:
-    """The wall time of the same NUTS fit at ``next_n`` data points, from one at ``n``: the part
-    that does not grow with the data (compilation, set-up: ``wall - 2 * sampling``) as it was,
-    and the draws' chunk twice (the warm-up chunk takes as many iterations), scaled by the data.
+def predicted_fit_seconds(fits: list[tuple], next_n: int, most_leapfrogs: int) -> float | None:
+    """The longest wall time the same NUTS fit may take at ``next_n`` data points, from the fits
+    ``(n, wall, sampling, seconds_per_leapfrog)`` taken at smaller sizes, or None from fewer
+    than two. The part that does not grow with the data (compilation, set-up: ``wall - 2 *
+    sampling``) as it was last, and two chunks (warm-up and draws) of ``most_leapfrogs`` steps,
+    each step's time extrapolated along the line through the last two sizes. At small sizes a
+    step's time is mostly the sampler's overhead, so one fit scaled by the data would predict
+    far too long a fit.
 
-    >>> predicted_fit_seconds(14.0, 0.1, 300, 30_000)
-    33.8
+    >>> predicted_fit_seconds([(300, 14.0, 0.1, 0.010), (3_000, 14.5, 0.2, 0.012)], 30_000, 60)
+    17.94
     """
-    fixed = max(wall - 2 * sampling, 0.0)
-    return round(fixed + 2 * sampling * next_n / n, 6)
+    if len(fits) < 2:
+        return None
+    (n0, _, _, step0), (n1, wall, sampling, step1) = fits[-2:]
+    step = step1 + max(step1 - step0, 0.0) / (n1 - n0) * (next_n - n1)
+    return round(max(wall - 2 * sampling, 0.0) + 2 * most_leapfrogs * step, 6)
 
 
 def nuts(run: Run) -> list[dict]:
@@ -701,6 +714,8 @@ def nuts(run: Run) -> list[dict]:
     dev, sizes = run.args.device, run.sizes
     spec = zoo.get_model("bayesian_gmm")
     rows, too_slow = run.figures.setdefault("nuts", []), {}  # (backend, device): why skipped
+    fitted = {}  # (backend, device): (n, wall, sampling, seconds per leapfrog) of each size
+    most_leapfrogs = sizes.nuts_iterations * (2**sizes.nuts_depth - 1)  # in one chunk
     say(f"  bayesian_gmm K=3, one chain of {sizes.nuts_iterations} + {sizes.nuts_iterations} "
         f"iterations, max_tree_depth={sizes.nuts_depth}; threshold {NUTS_GPU_MIN_SIZE:,}")  # fmt: skip
     say(f"  {'backend':8s} {'N':>8s} {'size':>12s} {'ms/leapfrog cpu':>16s} "
@@ -720,12 +735,15 @@ def nuts(run: Run) -> list[dict]:
                 )  # fmt: skip
                 if got[where_] is None:
                     too_slow[backend, where_] = f"the fit at N={n} did not finish"
-                elif next_n is not None:
+                    continue
+                per_leapfrog, _, _, wall, sampling = got[where_]
+                fits = fitted.setdefault((backend, where_), [])
+                fits.append((n, wall, sampling, per_leapfrog))
+                if next_n is not None:
                     # Judged by the sampling alone: a compiled sampler's set-up (NumPyro's takes
                     # seconds) does not grow with the data.
-                    wall, sampling = got[where_][3:]
-                    expected = predicted_fit_seconds(wall, sampling, n, next_n)
-                    if expected > sizes.nuts_limit:
+                    expected = predicted_fit_seconds(fits, next_n, most_leapfrogs)
+                    if expected is not None and expected > sizes.nuts_limit:
                         too_slow[backend, where_] = (
                             f"about {expected:.0f} s expected from N={n}, over the "
                             f"{sizes.nuts_limit:.0f} s limit"

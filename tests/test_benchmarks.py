@@ -165,30 +165,36 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
 
 
 def test_gpu_check_skips_a_nuts_fit_only_when_its_sampling_would_run_too_long(monkeypatch):
-    """A sampler's compilation does not grow with the data: a slow first fit whose sampling is
-    fast does not stop the larger sizes; a larger size is skipped, with the reason, when the
-    sampling scaled to it would pass the limit."""
+    """A sampler's compilation does not grow with the data, and at small sizes neither does
+    much of a step's time: a slow first fit does not stop the larger sizes, and one fit alone
+    predicts nothing. A larger size is skipped, with the reason, when each step's time drawn
+    through the last two sizes would take the fit past the limit."""
     import importlib.util
     from types import SimpleNamespace
 
     spec = importlib.util.spec_from_file_location("_gpu_check", BENCHMARKS / "gpu_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.predicted_fit_seconds(14.0, 0.1, 300, 30_000) == pytest.approx(33.8)
+    fits = [(300, 14.0, 0.1, 0.010), (3_000, 14.5, 0.2, 0.012)]
+    assert module.predicted_fit_seconds(fits, 30_000, 60) == pytest.approx(17.94)
+    assert module.predicted_fit_seconds(fits[:1], 30_000, 60) is None
+    flat = [(300, 2.0, 0.5, 0.010), (3_000, 2.0, 0.4, 0.008)]  # a step's time fell: no growth
+    assert module.predicted_fit_seconds(flat, 30_000, 10) == pytest.approx(1.2 + 0.16)
 
     def fake_fit(data, backend, device, iterations, depth):  # 5 s of set-up, then the data
-        sampling = 0.01 * len(data["x"])
-        return sampling / 100, 6, data["x"].size, 5.0 + 2 * sampling, sampling
+        per_leapfrog = 1e-3 * len(data["x"])
+        sampling = 3 * per_leapfrog
+        return per_leapfrog, 6, data["x"].size, 5.0 + 2 * sampling, sampling
 
     monkeypatch.setattr(module, "nuts_leapfrog_seconds", fake_fit)
-    sizes = SimpleNamespace(nuts_sizes=(10, 20, 40), nuts_iterations=2, nuts_depth=2,
+    sizes = SimpleNamespace(nuts_sizes=(10, 20, 40, 80), nuts_iterations=2, nuts_depth=2,
                             nuts_limit=5.5)  # fmt: skip
     args = SimpleNamespace(device="cpu", backends=["pyro"], budget=60.0)
     run = module.Run(args, sizes)
     rows = module.nuts(run)
-    assert [row["n"] for row in rows] == [10, 20]  # 20 expected in 5.4 s; 40 in 5.8 s
+    assert [row["n"] for row in rows] == [10, 20, 40]  # 40 expected in 5.48 s; 80 in 5.96 s
     (skipped,) = run.not_measured
-    assert skipped.startswith("nuts pyro N=40 on cpu: about 6 s expected from N=20")
+    assert skipped.startswith("nuts pyro N=80 on cpu: about 6 s expected from N=40")
 
 
 def test_gpu_check_says_what_it_could_not_measure(capsys):
