@@ -29,8 +29,8 @@ error and the run goes on; the end lists every figure that could not be taken):
   stepped side by side (``bam_speed.py``).
 * ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
   at a few data sizes, both backends: the figures that calibrate
-  ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size below which a GPU fit warns that the
-  CPU is faster). Each row prints its size (latent dimension x data size). A larger size is
+  ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size, per backend, below which a
+  GPU fit warns that the CPU is faster). Each row prints its size (latent dimension x data size). A larger size is
   skipped on a device when the fit before it did not finish, or when the two fits before it,
   their set-up apart (NumPyro compiles for seconds whatever the size), show that its sampling
   would run past the limit of one fit.
@@ -717,7 +717,8 @@ def nuts(run: Run) -> list[dict]:
     fitted = {}  # (backend, device): (n, wall, sampling, seconds per leapfrog) of each size
     most_leapfrogs = sizes.nuts_iterations * (2**sizes.nuts_depth - 1)  # in one chunk
     say(f"  bayesian_gmm K=3, one chain of {sizes.nuts_iterations} + {sizes.nuts_iterations} "
-        f"iterations, max_tree_depth={sizes.nuts_depth}; threshold {NUTS_GPU_MIN_SIZE:,}")  # fmt: skip
+        f"iterations, max_tree_depth={sizes.nuts_depth}; thresholds "
+        + ", ".join(f"{b} {NUTS_GPU_MIN_SIZE[b]:,}" for b in run.args.backends))  # fmt: skip
     say(f"  {'backend':8s} {'N':>8s} {'size':>12s} {'ms/leapfrog cpu':>16s} "
         f"{'ms/leapfrog ' + dev:>18s} {'device/cpu':>10s}  warns")  # fmt: skip
     for i, n in enumerate(sizes.nuts_sizes):
@@ -756,7 +757,7 @@ def nuts(run: Run) -> list[dict]:
                    "size": sampling_size(latent, size), "seconds_per_leapfrog_cpu": cpu_s,
                    "seconds_per_leapfrog_device": dev_s, "device_over_cpu": dev_s / cpu_s,
                    "fit_seconds_cpu": cpu_wall, "fit_seconds_device": dev_wall,
-                   "warns": cpu_likely_faster(latent, size, platform_)}  # fmt: skip
+                   "warns": cpu_likely_faster(latent, size, platform_, backend)}  # fmt: skip
             rows.append(row)
             say(f"  {backend:8s} {n:8d} {row['size']:12,d} {cpu_s * 1e3:16.3f} "
                 f"{dev_s * 1e3:18.3f} {dev_s / cpu_s:10.2f}  {row['warns']}")  # fmt: skip
@@ -764,7 +765,7 @@ def nuts(run: Run) -> list[dict]:
         measured = [(r["size"], r["device_over_cpu"]) for r in rows if r["backend"] == backend]
         if measured and dev != "cpu":
             found = run.figures.setdefault("nuts_crossover", {})[backend] = crossover(measured)
-            say(f"  {backend}: {found} (threshold {NUTS_GPU_MIN_SIZE:,})")
+            say(f"  {backend}: {found} (threshold {NUTS_GPU_MIN_SIZE[backend]:,})")
     return rows
 
 

@@ -85,7 +85,7 @@ class NUTSEngine:
         self.latent_dim = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(one.z))
         if self.vectorized:
             self.latent_dim //= self.options.num_chains
-        warn_if_cpu_faster(self.latent_dim, self.data_size, self.device.platform)
+        warn_if_cpu_faster(self.latent_dim, self.data_size, self.device.platform, "numpyro")
         # Committed to the device as the chunk's outputs are: an uncommitted first input would
         # make the second chunk compile again.
         return jax.device_put(states, self.device)

@@ -97,7 +97,7 @@ class NUTSEngine:
                 chain["params"] = chain["kernel"].initial_params
             chains.append(chain)
         self.latent_dim = sum(int(value.numel()) for value in chains[0]["params"].values())
-        warn_if_cpu_faster(self.latent_dim, self.data_size, self.device.type)
+        warn_if_cpu_faster(self.latent_dim, self.data_size, self.device.type, "pyro")
         return chains
 
     def _iteration(self, kernel, params):
