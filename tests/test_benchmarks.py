@@ -164,6 +164,13 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
     assert json.loads(path.read_text())["failures"] == []
 
 
+def test_cavi_cuda_graph_quick_times_the_eager_loop_on_a_cpu(capsys):
+    (row,) = run_benchmark("cavi_cuda_graph", ["--device", "cpu", "--quick"])
+    assert positive(row["eager_s"]) and math.isfinite(row["eager_elbo"])
+    assert "graph_s" not in row
+    assert "CUDA graphs need a CUDA device" in capsys.readouterr().out
+
+
 def test_gpu_check_skips_a_nuts_fit_only_when_its_sampling_would_run_too_long(monkeypatch):
     """A sampler's compilation does not grow with the data, and at small sizes neither does
     much of a step's time: a slow first fit does not stop the larger sizes, and one fit alone

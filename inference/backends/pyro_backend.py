@@ -21,6 +21,7 @@ from pyro.infer import (
 )
 
 from inference import learning_rate
+from inference.backends.cuda_graph import GraphedUpdate
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
 from inference.backends.sites import data_plate_log_prob
 from inference.backends.svi_setup import SVISetup
@@ -80,8 +81,13 @@ def backend_config(config, device, dtype):
 
 
 def compile_step(fn, config=None, key=None):
-    """Closed-form steps run eagerly on torch; with ``config``, ``fn(config, *args)``."""
-    return fn if config is None else functools.partial(fn, config)
+    """Closed-form steps run eagerly on torch; with ``config``, ``fn(config, *args)``. A
+    closed-form update (``key`` ``(module, "update")``, called as ``update(state, cache)``) on
+    a GPU is replayed from a CUDA graph (:mod:`inference.backends.cuda_graph`)."""
+    step = fn if config is None else functools.partial(fn, config)
+    if isinstance(key, tuple) and key[-1] == "update":
+        return GraphedUpdate(step, name=" of ".join(reversed(key)))
+    return step
 
 
 ELBOS = {

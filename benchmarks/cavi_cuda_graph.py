@@ -1,0 +1,177 @@
+"""Whether a Pyro (torch) CAVI iteration can be replayed from a CUDA graph, and how fast it is.
+
+On a GPU a Pyro CAVI iteration of the Bayesian GMM is about 145 kernel launches, most of them on
+the (K, D, D) parameters, and its time is the host's time to issue them, at N = 1,000 as at
+N = 1,000,000. A CUDA graph records the launches once and replays them in one call. This script
+records one iteration (the update, then the copy of its result into the state it reads) and
+times its replay against the same iterations run eagerly, from the same start, and checks that
+both end at the same ELBO. Neither loop reads a value on the host between iterations.
+
+Each row uses one of torch's linear-algebra libraries for the Cholesky factor and its inverse
+(``torch.backends.cuda.preferred_linalg_library``): a library call that cannot be recorded
+fails the recording, and that row gives the error instead of a time.
+
+    python benchmarks/cavi_cuda_graph.py                   # on cuda: N=1,000,000 and 1,000
+    python benchmarks/cavi_cuda_graph.py --json graph.json
+    python benchmarks/cavi_cuda_graph.py --device cpu --quick   # the eager loop alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # this checkout's packages, run from anywhere
+    sys.path.insert(1, str(HERE.parent))
+
+import zoo  # noqa: E402
+from zoo.array_namespace import TorchOps  # noqa: E402
+from zoo.bayesian_gmm import closed_form  # noqa: E402
+
+
+def make_problem(n, d, k, seed=0):
+    """Data from a K-component mixture and random responsibilities (as ``cavi_speed.py``)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=4.0, size=(k, d))
+    x = centres[rng.integers(k, size=n)] + rng.normal(size=(n, d))
+    return x, rng.dirichlet(np.ones(k), size=n)
+
+
+def setup(n, d, k, device, dtype):
+    """The update's cache and its first state, on ``device`` in ``dtype``."""
+    x, resp = make_problem(n, d, k)
+    config = zoo.get_model("bayesian_gmm").prepare({"x": x}, K=k, weight_prior="dirichlet_process")
+    xp = TorchOps()
+    as_tensor = lambda a: torch.as_tensor(a, dtype=getattr(torch, dtype), device=device)  # noqa: E731
+    cache = closed_form.init_cache(as_tensor(x), config, xp)
+    state = closed_form.init_state(as_tensor(resp), cache, config, xp)
+    return (lambda state: closed_form.update(state, cache, config, xp)), state
+
+
+def clone(tree):
+    if isinstance(tree, dict):
+        return {key: clone(value) for key, value in tree.items()}
+    return tree.clone()
+
+
+def copy_into(target, source) -> None:
+    """Copy ``source``'s tensors into ``target``'s, in place (the same nesting of dicts)."""
+    for key, value in source.items():
+        if isinstance(value, dict):
+            copy_into(target[key], value)
+        else:
+            target[key].copy_(value)
+
+
+def synchronize(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def eager(update, state, steps, device):
+    """Seconds per iteration of ``steps`` eager iterations from ``state``, and the last ELBO."""
+    state = clone(state)
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, elbo = update(state)
+    synchronize(device)
+    return (time.perf_counter() - start) / steps, float(elbo)
+
+
+def graphed(update, state, steps, device):
+    """The same from a CUDA graph of one iteration: seconds per replay and the last ELBO."""
+    scratch = clone(state)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch's graphs ask
+        for _ in range(3):
+            new, _ = update(scratch)
+            copy_into(scratch, new)
+    torch.cuda.current_stream(device).wait_stream(side)
+    static = clone(state)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        new, elbo = update(static)
+        copy_into(static, new)
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        graph.replay()
+    synchronize(device)
+    return (time.perf_counter() - start) / steps, float(elbo)
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 1_000])
+    parser.add_argument("--d", type=int, default=10)
+    parser.add_argument("--k", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=30, help="timed iterations of each loop")
+    parser.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
+    parser.add_argument("--linalg", nargs="+", default=["cusolver", "magma"],
+                        help="torch's linear-algebra libraries to record with, in turn")  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="N=2,000, float64, 3 iterations")
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.dtypes, args.steps = [2_000], ["float64"], 3
+    cuda = torch.device(args.device).type == "cuda"
+    rows = []
+    print(f"bayesian_gmm CAVI, D={args.d} K={args.k}, {args.steps} iterations per loop, "
+          f"on {args.device}")  # fmt: skip
+    print("| N | dtype | linalg | eager ms/iteration | graph ms/iteration | x eager | ELBO |")
+    print("|---|---|---|---|---|---|---|")
+    for library in args.linalg if cuda else ["default"]:  # a failed recording: the next one
+        failed = None
+        for n in args.sizes:
+            for dtype in args.dtypes:
+                if cuda:
+                    torch.backends.cuda.preferred_linalg_library(library)
+                update, state = setup(n, args.d, args.k, args.device, dtype)
+                eager(update, state, 2, args.device)  # warm-up: the libraries' first calls
+                row = {"n": n, "dtype": dtype, "linalg": library}
+                row["eager_s"], row["eager_elbo"] = eager(update, state, args.steps, args.device)
+                if cuda and failed:
+                    row["graph_error"] = failed
+                elif cuda:
+                    try:
+                        row["graph_s"], row["graph_elbo"] = graphed(
+                            update, state, args.steps, args.device
+                        )
+                    except Exception as err:  # a call that cannot be recorded
+                        row["graph_error"] = failed = first_line(err)
+                        print(f"    recording failed: {failed}", flush=True)
+                rows.append(row)
+                graph = row.get("graph_s")
+                cells = [
+                    f"{n:,}", dtype, library, f"{row['eager_s'] * 1e3:.3f}",
+                    "-" if graph is None else f"{graph * 1e3:.3f}",
+                    "-" if graph is None else f"{graph / row['eager_s']:.2f}",
+                    f"{row['eager_elbo']:.6f}"
+                    + ("" if graph is None else f" / {row['graph_elbo']:.6f}"),
+                ]  # fmt: skip
+                print("| " + " | ".join(cells) + " |", flush=True)
+    if not cuda:
+        print("(CUDA graphs need a CUDA device: the eager loop alone was timed)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
