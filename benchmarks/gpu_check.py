@@ -23,8 +23,9 @@ error and the run goes on; the end lists every figure that could not be taken):
   and float32, both backends (``cavi_speed.py``), with the bytes an iteration moves, the
   memory-bound time at the measured bandwidth, and the ratio to it; then float64 again with
   each iteration's objective read before the next update is queued (what the CPU does), to
-  show what queueing ahead saves on the device; and float64 at N=1,000, where an iteration's
-  time is nearly all the host's time to issue it.
+  show what queueing ahead saves on the device; Pyro again with its update run eagerly rather
+  than replayed from a CUDA graph (``ZOO_CUDA_GRAPHS=0``); and float64 at N=1,000, where an
+  iteration's time is nearly all the host's time to issue it.
 * ``bam``: the Bayesian attention classifier's step against the softmax step, both backends,
   stepped side by side (``bam_speed.py``).
 * ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
@@ -602,19 +603,45 @@ def cavi(run: Run) -> dict:
         read_first[f"{backend} float64"] = {"seconds_per_iteration": seconds, "x_queued": ratio}
         say(f"  {backend:8s} float64, each objective read before the next update: "
             f"{seconds * 1e3:.3f} ms/iteration, {ratio:.2f}x the time with it queued ahead")  # fmt: skip
+    eager = run.figures["cavi"]["pyro_eager"] = {}
+    for dtype in ("float64", "float32") if "pyro" in run.args.backends else ():
+        with _without_cuda_graphs():
+            got = run.attempt(
+                f"cavi pyro {dtype}, eager", cavi_speed.zoo_iteration_time, x, resp, k, "pyro",
+                steps, device=dev, dtype=dtype,
+            )  # fmt: skip
+        replayed = rows.get(f"pyro {dtype}")
+        if got is None or replayed is None:
+            continue
+        ratio = replayed["seconds_per_iteration"] / got[0]
+        eager[dtype] = {"seconds_per_iteration": got[0], "graph_x_eager": ratio}
+        say(f"  pyro     {dtype}, eagerly (ZOO_CUDA_GRAPHS=0): {got[0] * 1e3:.3f} ms/iteration; "
+            f"replayed from a CUDA graph, {ratio:.2f}x that")  # fmt: skip
     small_n, small_steps = run.sizes.cavi_small_n, run.sizes.cavi_small_steps
     x_small, resp_small = cavi_speed.make_problem(small_n, d, k)
     small = run.figures["cavi"]["host_bound"] = {"n": small_n, "steps": small_steps, "rows": {}}
-    for backend in run.args.backends:
-        got = run.attempt(
-            f"cavi {backend} float64, N={small_n:,}", cavi_speed.zoo_iteration_time, x_small,
-            resp_small, k, backend, small_steps, device=dev, dtype="float64",
-        )  # fmt: skip
+    runs = [(backend, "", contextlib.nullcontext) for backend in run.args.backends]
+    if "pyro" in run.args.backends:
+        runs.append(("pyro", ", eager", _without_cuda_graphs))
+    for backend, how, context in runs:
+        with context():
+            got = run.attempt(
+                f"cavi {backend} float64{how}, N={small_n:,}", cavi_speed.zoo_iteration_time,
+                x_small, resp_small, k, backend, small_steps, device=dev, dtype="float64",
+            )  # fmt: skip
         if got is not None:
-            small["rows"][f"{backend} float64"] = {"seconds_per_iteration": got[0]}
-            say(f"  {backend:8s} float64, N={small_n:,} (the host's time to issue an iteration): "
-                f"{got[0] * 1e3:.3f} ms/iteration")  # fmt: skip
+            small["rows"][f"{backend} float64{how}"] = {"seconds_per_iteration": got[0]}
+            say(f"  {backend:8s} float64{how}, N={small_n:,} (the host's time to issue an "
+                f"iteration): {got[0] * 1e3:.3f} ms/iteration")  # fmt: skip
     return run.figures["cavi"]
+
+
+def _without_cuda_graphs():
+    """Pyro's closed-form updates run eagerly, one kernel launch at a time, on any device
+    (``inference.backends.cuda_graph``)."""
+    from unittest.mock import patch
+
+    return patch.dict(os.environ, {"ZOO_CUDA_GRAPHS": "0"})
 
 
 def _objective_read_first(backend: str):

@@ -155,6 +155,9 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
     host_bound = figures["cavi"]["host_bound"]
     assert host_bound["n"] == 1_000
     assert positive(host_bound["rows"]["pyro float64"]["seconds_per_iteration"])
+    assert positive(host_bound["rows"]["pyro float64, eager"]["seconds_per_iteration"])
+    for dtype in ("float64", "float32"):
+        assert positive(figures["cavi"]["pyro_eager"][dtype]["graph_x_eager"])
     assert figures["bam"]["pyro softmax"]["x_softmax"] == 1.0
     assert figures["launches"]["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
     (nuts,) = figures["nuts"]
