@@ -30,11 +30,11 @@ error and the run goes on; the end lists every figure that could not be taken):
   stepped side by side (``bam_speed.py``).
 * ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
   at a few data sizes, both backends: the figures that calibrate
-  ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size, per backend, below which a
-  GPU fit warns that the CPU is faster). Each row prints its size (latent dimension x data size). A larger size is
-  skipped on a device when the fit before it did not finish, or when the two fits before it,
-  their set-up apart (NumPyro compiles for seconds whatever the size), show that its sampling
-  would run past the limit of one fit.
+  ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size, per backend, below which
+  a GPU fit warns that the CPU is faster). Each row prints its size (latent dimension x data
+  size). A larger size is skipped on a device when the fit before it did not finish, or when the
+  two fits before it, their set-up apart (NumPyro compiles for seconds whatever the size), show
+  that its sampling would run past the limit of one fit.
 * ``launches``: the operations per step of the Pyro paths of ``vae``, ``cavi`` and ``bam``
   counted on the device (``op_counts.py``), beside the kernel launches PyTorch's profiler sees:
   whether the step times follow the launch counts that a CPU can count; and the instructions of
