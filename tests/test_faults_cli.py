@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 import time
@@ -505,6 +506,18 @@ def test_fit_model_help_answers_at_once_without_the_backends():
     assert "--K INT" in done.stdout and "--weight-prior" in done.stdout
 
 
+def read_until(fd, text, seconds=10.0):
+    """What a pseudo-terminal's main side has received once ``text`` has arrived, or when
+    ``seconds`` have passed. The kernel hands writes to the main side asynchronously, so one
+    read straight after a write may see only part of them on a busy machine."""
+    received = b""
+    deadline = time.monotonic() + seconds
+    while text.encode() not in received and (left := deadline - time.monotonic()) > 0:
+        if select.select([fd], [], [], left)[0]:
+            received += os.read(fd, 65536)
+    return received.decode(errors="replace")
+
+
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs pseudo-terminals (POSIX)")
 def test_a_terminal_that_reports_no_size_still_shows_the_bar(monkeypatch):
     """A pseudo-terminal made without a size (``script``, some CI runners) reports 0 columns,
@@ -519,8 +532,7 @@ def test_a_terminal_that_reports_no_size_still_shows_the_bar(monkeypatch):
         bar.update(5)
         bar.close()
         stream.flush()
-        os.set_blocking(main, False)
-        assert "a run:  50%" in os.read(main, 65536).decode()
+        assert "a run:  50%" in read_until(main, "a run:  50%")
     finally:
         os.close(main)
         os.close(follower)
