@@ -352,7 +352,8 @@ def compare(
         ``algorithms``, ``backends`` or ``seeds`` is not a non-empty list; an unknown algorithm
         or backend; ``num_steps`` names an algorithm not among ``algorithms``; a ``reference``
         that does not fit the model or these data; an option that no run of the comparison
-        would use; no algorithm in ``algorithms`` supports the model.
+        would use; a run that the comparison could not score (K=1 where NumPyro's
+        enumeration scores a guide); no algorithm in ``algorithms`` supports the model.
     TypeError
         An option that is neither a :func:`fit` option nor an option of the fitted models.
     Exception
@@ -408,6 +409,7 @@ def compare(
     plan = _plan_runs(algs, [spec, *twins], backends, guides, options)
     if plan:
         _check_every_option_is_used(spec, plan, options, reference)
+        _check_scoring(plan)
     rows, results = [], []
     runs = [(run, seed) for run in plan for seed in seeds]
     for number, ((alg, target, backend, guide, opts), seed) in enumerate(runs, 1):
@@ -727,6 +729,22 @@ def _check_options(specs, options) -> None:
             f"compare() got unknown option(s) {unknown}; it takes the fit() options "
             f"{sorted(fit_options)} and the models' own options {sorted(allowed - fit_options)}."
         )
+
+
+def _check_scoring(plan) -> None:
+    """Before any fit: every run that ``comparable_objective`` will score by summing the model's
+    discrete latents out can be scored so (NumPyro's enumeration cannot sum over K=1), rather
+    than an error after the fits."""
+    for alg, target, backend, guide, opts in plan:
+        own_score = callable(getattr(alg, "comparable_objective", None))
+        if guide is None or own_score or alg.traits.estimate == "draws":
+            continue
+        enumerated = svi.enumerated_guide(target, backend)
+        if enumerated is not None:
+            why = (
+                f" (the comparison scores the {guide!r} runs by it)" if guide != enumerated else ""
+            )
+            svi.check_enumerable(backend, opts.get("K"), enumerated, why)
 
 
 def _check_every_option_is_used(spec, plan, options, reference) -> None:

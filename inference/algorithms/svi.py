@@ -278,13 +278,13 @@ class SVIState:
         return self.engine.params_outside_support(self.params)
 
 
-def _check_enumerable(backend: str, config, guide: str) -> None:
+def check_enumerable(backend: str, K, guide: str, why: str = "") -> None:
     """NumPyro's enumeration allocates no dimension to a site with a single value and then
     fails looking it up (a KeyError or a funsor shape error): a clear error instead."""
-    if backend == "numpyro" and getattr(config, "K", None) == 1:
+    if backend == "numpyro" and K == 1:
         raise ValueError(
             f"K=1 with the enumerated guide {guide!r} does not run on NumPyro, whose "
-            "enumeration cannot sum over a single component. Fit a one-component model "
+            f"enumeration cannot sum over a single component{why}. Fit a one-component model "
             "with backend='pyro', or with closed-form updates."
         )
 
@@ -385,7 +385,7 @@ class SVI(Algorithm):
         _check_particle_memory(problem, options.num_particles, batch_rows or source_rows)
         enumerated = kind.enumerated
         if enumerated:
-            _check_enumerable(back.NAME, config, guide)
+            check_enumerable(back.NAME, getattr(config, "K", None), guide)
         setup = SVISetup.from_options(
             options,
             elbo="enum" if enumerated else _objective(kind, options.elbo),
@@ -577,7 +577,7 @@ def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
     config = back.backend_config(result.config, device, dtype)
     params = dict(result.raw_params)
     if elbo == "enum":
-        _check_enumerable(back.NAME, config, guide)
+        check_enumerable(back.NAME, getattr(config, "K", None), guide)
     setup = SVISetup(
         elbo=elbo,
         lr=1e-3,
