@@ -24,6 +24,7 @@ def positive(x):
     return isinstance(x, float) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.slow
 def test_bam_speed_quick(tmp_path):
     table = run_benchmark("bam_speed", ["--quick", "--json", str(tmp_path / "bam.json")])
     for backend in ("pyro", "numpyro"):
@@ -75,6 +76,7 @@ def test_cavi_speed_quick(tmp_path):
     assert json.loads((tmp_path / "cavi.json").read_text()) == out
 
 
+@pytest.mark.slow
 def test_svi_overhead_quick(tmp_path):
     out = run_benchmark("svi_overhead", ["--quick", "--json", str(tmp_path / "overhead.json")])
     for backend in ("numpyro", "pyro"):
@@ -83,6 +85,7 @@ def test_svi_overhead_quick(tmp_path):
         assert row["ratio"] == pytest.approx(row["zoo_s_per_step"] / row["bare_s_per_step"])
 
 
+@pytest.mark.slow
 def test_svi_natural_vs_cavi_quick(tmp_path):
     path = tmp_path / "natural.json"
     run_benchmark("svi_natural_vs_cavi", ["--quick", "--out", str(path)])
@@ -91,6 +94,7 @@ def test_svi_natural_vs_cavi_quick(tmp_path):
     assert math.isfinite(report["svi_natural"]["heldout_per_point"])
 
 
+@pytest.mark.slow
 def test_nuts_overhead_quick(tmp_path):
     path = str(tmp_path / "nuts.json")
     rows = run_benchmark("nuts_overhead", ["--quick", "--backends", "numpyro", "--json", path])
@@ -104,6 +108,7 @@ def test_nuts_overhead_quick(tmp_path):
     assert json.loads((tmp_path / "nuts.json").read_text())["rows"] == json.loads(json.dumps(rows))
 
 
+@pytest.mark.slow
 def test_latency_quick(tmp_path):
     """New processes (cold and warm cache) and the second fit of a process, on NumPyro, whose
     compiled functions the cache keeps (each new process takes seconds here; the script runs
@@ -132,6 +137,7 @@ def test_latency_sums_the_example_tables(tmp_path):
     assert script["table_seconds"](tmp_path) == (2.75 + 1.0 + 2.75, 0.5 + 0.5 + 0.5)
 
 
+@pytest.mark.slow
 def test_gpu_check_quick_on_the_cpu(tmp_path):
     """The GPU acceptance run, every section, on the CPU at its quick sizes (one backend, one
     model for the smoke fits): each section gives its figures, the report says what it could not
@@ -291,6 +297,7 @@ def test_code_shape_counts_code_lines_and_parameters(tmp_path):
     assert script["contract"]()["abstract"] >= 4
 
 
+@pytest.mark.slow
 def test_nuts_seed_spread_quick(tmp_path):
     """Two NUTS seeds and the run on the data moved by one ulp, at the example's quick sizes
     (CAVI and EM on Pyro: SVI's fits and scoring took most of a minute). The seed-0 figures are
@@ -376,6 +383,7 @@ def test_same_figures_tells_identical_from_different(tmp_path, capsys):
         script["main"]([str(a), str(b)])
 
 
+@pytest.mark.slow
 def test_op_counts_quick(tmp_path):
     results = run_benchmark("op_counts", ["--quick", "--json", str(tmp_path / "ops.json")])
     for table in results.values():

@@ -85,7 +85,7 @@ class CompileCounter:
         jax.monitoring.unregister_event_duration_listener(self)
 
 
-@pytest.mark.parametrize("guide", ["enum", "gumbel"])
+@pytest.mark.parametrize("guide", ["enum", pytest.param("gumbel", marks=pytest.mark.slow)])
 def test_same_values_as_a_fresh_compilation(guide):
     data = small_data()
     numpyro_backend.clear_compiled()

@@ -96,6 +96,7 @@ def test_the_vae_at_its_defaults_does_not_diverge(backend):
     assert np.all(np.isfinite(h)) and h[-20:].mean() > max(h[:20].mean() + 5.0, -35.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_svi_at_its_defaults_reaches_cavis_elbo(blobs, backend):
     """The enumerated guide's ELBO, at SVI's default schedule and stopping rule, is within

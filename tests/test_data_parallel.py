@@ -64,6 +64,7 @@ def two_host_devices(script, timeout, **env):
     return json.loads(run.stdout.split("RESULT")[-1])
 
 
+@pytest.mark.slow
 def test_numpyro_sharded_over_two_devices_matches_one():
     out = two_host_devices(NUMPYRO_SCRIPT, timeout=300)
     one, two = out["one"], out["two"]
@@ -200,6 +201,7 @@ def test_pyro_two_processes_match_one(two_process_run):
         np.testing.assert_allclose(two_process_run[f"raw/{k}"], v, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_pyro_worker_dies_then_checkpoint_resumes(tmp_path, two_process_run):
     path = tmp_path / "run.zoo"
     died = torchrun("--out", tmp_path / "x.npz", "--checkpoint", path, "--die-at", 12)

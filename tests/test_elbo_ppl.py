@@ -54,7 +54,10 @@ def _log_rho(res, x):
 
 
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
-@pytest.mark.parametrize("weight_prior", ["dirichlet_process", "dirichlet_distribution"])
+@pytest.mark.parametrize(
+    "weight_prior",
+    [pytest.param("dirichlet_process", marks=pytest.mark.slow), "dirichlet_distribution"],
+)
 def test_trace_elbo_matches_analytic(gmm_data, backend, weight_prior):
     x = gmm_data[:150]
     res = _cavi_fit(x, weight_prior)

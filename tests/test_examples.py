@@ -51,6 +51,7 @@ def test_vae_example_dynamic_protocol_draws_the_latent_space(tmp_path, data_dir,
     assert (tmp_path / "vae_latent_space.png").is_file()
 
 
+@pytest.mark.slow
 def test_gmm_compare_example_quick(tmp_path):
     # CAVI, EM and SVI on Pyro only (NumPyro's compilations would double the time; the
     # backends' fits are compared elsewhere); NUTS, the reference, on NumPyro.

@@ -164,6 +164,7 @@ def test_every_algorithm_recovers_the_closed_form_posterior(
     assert kl < 0.3, (kl, res.params, mean, cov)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_svi_at_its_defaults_reaches_the_exact_posterior(plugin, regression_data, backend):
     """No learning rate, no step count, no tolerance: SVI's defaults (a decaying learning rate

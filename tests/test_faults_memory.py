@@ -94,6 +94,7 @@ def test_chunks_give_the_log_sum_exp_of_their_draws_made_in_one_go(cavi, x, monk
     np.testing.assert_allclose(got, logsumexp(ll, axis=0) - np.log(30), rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_huge_num_samples_is_drawn_in_chunks_that_fit(binary, backend, monkeypatch):
     """10**8 draws of a point estimate in chunks of 4 MiB: never more draws are asked for than

@@ -230,7 +230,10 @@ def test_a_gpu_asked_for_where_there_is_none_says_so(backend, device):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("option", ["mean_precision_prior", "degrees_of_freedom_prior"])
+@pytest.mark.parametrize(
+    "option",
+    ["mean_precision_prior", pytest.param("degrees_of_freedom_prior", marks=pytest.mark.slow)],
+)
 def test_a_divergence_from_an_extreme_option_names_it_first(option, backend):
     with pytest.raises(inference.NonFiniteObjectiveError) as caught:
         inference.fit(

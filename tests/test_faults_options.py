@@ -475,6 +475,7 @@ def test_a_diverging_learning_rate_ends_in_the_nan_guard(model, backend):
         assert result is not None and "are kept (error.result)" in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "backend,guide,weight_prior,num_steps",
     [

@@ -123,6 +123,7 @@ def test_twins_estimate_the_same_elbo(gmm_data, guide):
     assert abs(values[0] - values[1]) < 0.005 * abs(values[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 @pytest.mark.parametrize("guide", GUIDES)
 def test_a_short_fit_approaches_the_enumerated_guides_elbo(gmm_data, backend, guide):
@@ -150,6 +151,7 @@ def test_gumbel_guides_refuse_another_objective(gmm_data):
         )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "lr,temperatures",
     [

@@ -40,6 +40,7 @@ def gmm_nuts():
     return data, res
 
 
+@pytest.mark.slow
 def test_nuts_matches_the_exact_posterior_of_the_linear_regression(
     regression_nuts, regression_spec, regression_data
 ):
@@ -59,6 +60,7 @@ def test_nuts_matches_the_exact_posterior_of_the_linear_regression(
     assert float(az.rhat(regression_nuts.to_arviz()).to_array().max()) < 1.01
 
 
+@pytest.mark.slow
 def test_a_result_of_draws_gives_chains_stats_and_loo(regression_nuts):
     idata = regression_nuts.to_arviz()
     assert dict(idata.posterior.sizes)["chain"] == 4
@@ -91,6 +93,7 @@ def test_a_saved_run_of_draws_loads_with_its_chains(regression_nuts, tmp_path):
     assert dict(idata.posterior.sizes)["chain"] == 4
 
 
+@pytest.mark.slow
 def test_nuts_on_the_built_in_mixture_converges(gmm_nuts):
     _, res = gmm_nuts
     assert float(az.rhat(res.to_arviz()).to_array().max()) < 1.01
@@ -200,6 +203,7 @@ def test_a_run_compared_with_itself_is_at_zero_distance(regression_data):
     assert row["sliced_wasserstein"] < 1e-12
 
 
+@pytest.mark.slow
 def test_mixture_accuracy_does_not_depend_on_the_labels(gmm_nuts):
     data, res = gmm_nuts
     permuted = {
@@ -285,6 +289,7 @@ def test_a_compare_row_says_how_long_the_chains_ran(regression_data):
     assert "| 2 x 25 |" in table.to_markdown()
 
 
+@pytest.mark.slow
 def test_numpyro_starts_its_chains_in_one_compiled_call(monkeypatch, request):
     """NumPyro's NUTS init, run eagerly, compiles each operation of the model and its gradient on
     its own (about 550 compilations for this mixture, most of a small fit's time); the engine

@@ -130,6 +130,7 @@ def test_bad_streaming_input(mapped, gmm_data):
         fit(iter([gmm_data[:B, 0]]), num_data=N, num_steps=2)
 
 
+@pytest.mark.slow
 def test_peak_memory_stays_flat_quick(tmp_path):
     """benchmarks/streaming_memory.py --quick: peak RSS at three sizes, each in a fresh process."""
     out = tmp_path / "mem.json"

@@ -38,6 +38,7 @@ def _by_weight(res):
     return res.params["weights"][order], res.params["means"][order]
 
 
+@pytest.mark.slow
 def test_minibatch_fixed_point_matches_cavi(data2k):
     """Minibatches of 100 (20 per epoch), 600 steps of rho_t = (t + 1)^-0.7: the full-data ELBO
     is within 1e-3 nats/point of CAVI's optimum (measured: 2e-6), weights within 0.01 and means
@@ -85,6 +86,7 @@ def test_bad_input(gmm_data):
         fit("gmm", {"x": gmm_data}, "svi-natural", K=3)
 
 
+@pytest.mark.slow
 def test_at_its_defaults_a_run_says_whether_it_converged():
     """The figures of the svi-natural page: on the built-in GMM data with K=8 (stick-breaking
     prior) the default 1,000 steps end 0.045 nats per point below CAVI and warn; slower-shrinking

@@ -265,6 +265,7 @@ def test_numpy_networks_match_both_twins(digits, pyro_fit):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_meanfield_and_importance_weighted_objectives_train(digits, backend):
     """elbo="meanfield" (analytic KL) and elbo="iwae" (k=3) run and improve on both backends;
