@@ -310,6 +310,32 @@ def test_pyro_jit_trains_reproducibly_and_refuses_what_it_cannot_compile(digits)
         inference.fit("bayesian_gmm", gmm, "cavi", "pyro", jit=True, progress=False)
 
 
+@pytest.mark.parametrize("elbo", ["trace", "meanfield"])
+def test_pyro_jit_on_the_optimising_executor_agrees_to_rounding(digits, monkeypatch, elbo):
+    """``SVIEngine.jit_optimized`` (timed by ``benchmarks/gpu_check.py``): torch's optimising
+    executor differentiates by its own formulas, so the fit is not the default compiled fit bit
+    for bit, but agrees with it to rounding."""
+    import torch
+
+    from inference.backends.pyro_backend import SVIEngine
+
+    asked = []
+    executor = torch.jit.optimized_execution
+    monkeypatch.setattr(
+        torch.jit, "optimized_execution", lambda on: asked.append(on) or executor(on)
+    )
+    opts = dict(num_steps=12, batch_size=100, lr=3e-3, progress=False, seed=2, jit=True, tol=0)
+    default = inference.fit("vae", {"x": digits}, "svi", "pyro", elbo=elbo, **opts, **SMALL)
+    assert asked and not any(asked)
+    monkeypatch.setattr(SVIEngine, "jit_optimized", True)
+    asked.clear()
+    optimized = inference.fit("vae", {"x": digits}, "svi", "pyro", elbo=elbo, **opts, **SMALL)
+    assert asked and all(asked)
+    np.testing.assert_allclose(optimized.history["objective"], default.history["objective"], 1e-5)
+    for name, value in default.raw_params.items():
+        np.testing.assert_allclose(optimized.raw_params[name], value, 1e-4, 1e-6, err_msg=name)
+
+
 def test_pyro_meanfield_jit_compiles_each_graph_once_and_computes_the_uncompiled_fit(
     digits, monkeypatch
 ):

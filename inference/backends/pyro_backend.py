@@ -211,6 +211,12 @@ class SVIEngine:
     ``all_reduce``), so every process takes the same step as one process on all the rows.
     """
 
+    #: Whether a compiled (``jit=True``) step runs on torch's optimising graph executor, which on
+    #: a GPU fuses elementwise operations into fewer kernels but differentiates some operations
+    #: by its own formulas (the step then no longer computes what the uncompiled step computes,
+    #: bit for bit). Off; ``benchmarks/gpu_check.py`` times a row with it on.
+    jit_optimized: bool = False
+
     def __init__(self, model, guide, data, config, setup: SVISetup):
         elbo, lr, device, jit = setup.elbo, setup.lr, setup.device, setup.jit
         self.data, self.config, self.device = data, config, device
@@ -364,7 +370,7 @@ class SVIEngine:
         - torch's optimising graph executor differentiates some operations by its own
           formulas; with optimisation off it runs the recorded operations and torch's autograd
           differentiates them as it does when run eagerly. The gain of compiling (no Python
-          work per step) stays.
+          work per step) stays. ``jit_optimized`` turns optimisation back on.
         """
         if not self.jit:
             yield
@@ -372,7 +378,7 @@ class SVIEngine:
         default = torch.get_default_dtype()
         torch.set_default_dtype(self.dtype)
         try:
-            with torch.jit.optimized_execution(False):
+            with torch.jit.optimized_execution(self.jit_optimized):
                 yield
         finally:
             torch.set_default_dtype(default)
