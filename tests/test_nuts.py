@@ -3,6 +3,7 @@ regression, r-hat on the built-in mixture, results with chains, exact resume, co
 against a reference posterior, and clear errors for what it cannot do."""
 
 import dataclasses
+import warnings
 
 import arviz as az
 import numpy as np
@@ -26,6 +27,18 @@ def regression_nuts(request, regression_data):
     return inference.fit(
         REGRESSION, regression_data, "nuts", request.param, seed=1, progress=False, **SHORT
     )
+
+
+@pytest.fixture(scope="module", params=["numpyro", "pyro"])
+def brief_regression_nuts(request, regression_data):
+    """A run too short to converge, for what a result of draws does (save, load, checks), not
+    for its accuracy: a tenth of ``regression_nuts``'s steps."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", inference.ConvergenceWarning)
+        return inference.fit(
+            REGRESSION, regression_data, "nuts", request.param, seed=1, progress=False,
+            num_chains=4, num_warmup=20, num_draws=30,
+        )  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -84,12 +97,12 @@ def test_the_same_seed_gives_the_same_draws(regression_data, backend):
     np.testing.assert_array_equal(again.draws["coef"], first.draws["coef"])
 
 
-def test_a_saved_run_of_draws_loads_with_its_chains(regression_nuts, tmp_path):
-    regression_nuts.save(tmp_path / "nuts.zoo")
+def test_a_saved_run_of_draws_loads_with_its_chains(brief_regression_nuts, tmp_path):
+    brief_regression_nuts.save(tmp_path / "nuts.zoo")
     loaded = inference.load(tmp_path / "nuts.zoo")
-    np.testing.assert_array_equal(loaded.draws["coef"], regression_nuts.draws["coef"])
-    assert set(loaded.sample_stats) == set(regression_nuts.sample_stats)
-    idata = loaded.to_arviz(data=regression_nuts.data)
+    np.testing.assert_array_equal(loaded.draws["coef"], brief_regression_nuts.draws["coef"])
+    assert set(loaded.sample_stats) == set(brief_regression_nuts.sample_stats)
+    idata = loaded.to_arviz(data=brief_regression_nuts.data)
     assert dict(idata.posterior.sizes)["chain"] == 4
 
 
@@ -243,15 +256,15 @@ def test_a_reference_that_cannot_be_had_is_refused(gmm_data, reference, message)
 
 
 def test_a_reference_of_other_data_or_another_model_is_refused(
-    regression_nuts, regression_data, gmm_data
+    brief_regression_nuts, regression_data, gmm_data
 ):
     other = {k: v[:50] for k, v in regression_data.items()}
     with pytest.raises(ValueError, match="fitted to other data"):
-        inference.compare(REGRESSION, other, ["cavi"], ["numpyro"], reference=regression_nuts)
+        inference.compare(REGRESSION, other, ["cavi"], ["numpyro"], reference=brief_regression_nuts)
     with pytest.raises(ValueError, match="a fit of model 'bayesian_linear_regression'"):
         inference.compare(
             "bayesian_gmm", {"x": gmm_data}, ["cavi"], ["numpyro"], K=3,
-            reference=regression_nuts, num_steps=2,
+            reference=brief_regression_nuts, num_steps=2,
         )  # fmt: skip
 
 
@@ -358,17 +371,17 @@ def test_numpyro_vectorized_chains_draw_what_sequential_chains_draw(regression_d
     np.testing.assert_allclose(draws, by_chain["sequential"].draws["coef"], rtol=1e-6)
 
 
-def test_the_convergence_check_reads_the_draws_alone(regression_nuts, monkeypatch):
+def test_the_convergence_check_reads_the_draws_alone(brief_regression_nuts, monkeypatch):
     """The check after a sampler's run finds what ArviZ's summary of the whole result finds,
     without ``to_arviz``, which also scores every draw at every data point."""
     from inference.convergence import draw_problems, nuts_problems
 
-    summary = az.summary(regression_nuts.to_arviz(), kind="diagnostics")
-    divergences = int(np.sum(regression_nuts.sample_stats["diverging"]))
+    summary = az.summary(brief_regression_nuts.to_arviz(), kind="diagnostics")
+    divergences = int(np.sum(brief_regression_nuts.sample_stats["diverging"]))
     expected = nuts_problems(summary, divergences, num_chains=4)
 
     def not_needed(*args, **kwargs):
         raise AssertionError("the convergence check converted the whole result")
 
-    monkeypatch.setattr(type(regression_nuts), "to_arviz", not_needed)
-    assert draw_problems(regression_nuts) == expected
+    monkeypatch.setattr(type(brief_regression_nuts), "to_arviz", not_needed)
+    assert draw_problems(brief_regression_nuts) == expected
