@@ -300,6 +300,7 @@ def test_a_new_process_loads_what_an_earlier_one_exported(tmp_path):
         np.testing.assert_allclose(objective, first["objective"], rtol=1e-13)
 
 
+@pytest.mark.slow
 def test_a_damaged_file_is_exported_again(tmp_path):
     first = fit_in_a_new_process(tmp_path, guide="gumbel")
     (update,) = (tmp_path / "exported").glob("update-*")

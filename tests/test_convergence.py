@@ -68,6 +68,7 @@ def test_the_window_rule_waits_for_a_plateau():
     assert not convergence.window_converged(flat, 0.0, 1, 200)  # tol=0: never
 
 
+@pytest.mark.slow
 def test_explicit_options_are_used_as_given(blobs):
     res, _ = _fit_quietly("bayesian_gmm", blobs, "svi", "numpyro", K=2, num_steps=5, lr=0.05, tol=0)
     assert res.options["lr"] == 0.05 and res.num_steps == 5

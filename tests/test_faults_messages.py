@@ -43,6 +43,7 @@ def _row_of_step(step, num_data=40, batch_size=10, seed=0):
 # --- item: rows of the user's array, ranges of integer fields, in later minibatches ----------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_nan_in_a_memory_mapped_array_names_its_row_in_the_array(backend, tmp_path):
     row = _row_of_step(1)

@@ -70,7 +70,10 @@ def _problem(backend, x, guide, **model):
     return svi.init(problem, svi.options({"guide": guide})), spec.twin(backend)
 
 
-@pytest.mark.parametrize("weight_prior", ["dirichlet_process", "dirichlet_distribution"])
+@pytest.mark.parametrize(
+    "weight_prior",
+    [pytest.param("dirichlet_process", marks=pytest.mark.slow), "dirichlet_distribution"],
+)
 def test_twins_give_the_same_assignments_and_relaxed_log_joint(gmm_data, weight_prior):
     """At the same parameters, both guides' q(z) (the CAVI update from the global factors) are
     the same, and both models give the same log-joint at the same relaxed point."""

@@ -22,7 +22,7 @@ def test_registry():
 
 
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
-@pytest.mark.parametrize("guide", ["enum", "gumbel"])
+@pytest.mark.parametrize("guide", ["enum", pytest.param("gumbel", marks=pytest.mark.slow)])
 def test_svi_improves(gmm_data, backend, guide):
     res = inference.fit(
         "bayesian_gmm",
@@ -88,7 +88,12 @@ def test_svi_enum_elbo_parity(gmm_data):
 
 @pytest.mark.parametrize(
     "backend,algorithm",
-    [("pyro", "svi"), ("numpyro", "svi"), ("numpyro", "cavi"), ("numpyro", "svi-natural")],
+    [
+        ("pyro", "svi"),
+        pytest.param("numpyro", "svi", marks=pytest.mark.slow),
+        ("numpyro", "cavi"),
+        ("numpyro", "svi-natural"),
+    ],
 )
 def test_resume_reaches_the_same_result(tmp_path, gmm_data, backend, algorithm):
     kwargs = dict(

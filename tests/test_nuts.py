@@ -355,6 +355,7 @@ def test_a_numpyro_start_where_the_density_is_not_finite_is_an_error():
             check_start([good, bad])
 
 
+@pytest.mark.slow
 def test_numpyro_vectorized_chains_draw_what_sequential_chains_draw(regression_data):
     """chain_method="vectorized" advances the chains together (one compiled init and chunk for
     all of them) from the same random keys as one after another."""
