@@ -528,11 +528,11 @@ def optimizing_executor(on: bool):
         return
     from inference.backends.pyro_backend import SVIEngine
 
-    SVIEngine.jit_optimized = True
+    before, SVIEngine.jit_optimized = SVIEngine.jit_optimized, True
     try:
         yield
     finally:
-        SVIEngine.jit_optimized = False
+        SVIEngine.jit_optimized = before
 
 
 def vae(run: Run) -> dict:

@@ -483,16 +483,31 @@ def comparable_objective(alg, res, data: dict) -> float:
     the model's discrete latents summed out where it has a guide that sums them (so relaxed and
     enumerated runs compare), else of its own guide; any other fit, its last objective. An
     algorithm of the older contract with its own ``comparable_objective`` is asked."""
-    older = getattr(alg, "comparable_objective", None)
-    if callable(older):
-        return older(res, data)
-    if alg.traits.estimate == "draws":
+    how = _scoring(alg, res.spec, res.backend, res.guide)
+    if how == "own":
+        return alg.comparable_objective(res, data)
+    if how == "draws":
         return float("nan")
-    if res.guide is None:
+    if how == "last":
         return res.objective
-    if svi.enumerated_guide(res.spec, res.backend) is not None:
+    if how == "enumerated":
         return svi.enumerated_elbo(res, data, num_particles=100, seed=res.seed)
     return svi.fresh_elbo(res, data, num_particles=100)
+
+
+def _scoring(alg, spec, backend: str, guide: str | None) -> str:
+    """How ``comparable_objective`` scores a run of ``alg`` on ``spec`` with ``guide``: by the
+    algorithm's own method (``"own"``), not at all (``"draws"``), its last objective
+    (``"last"``), an ELBO with the discrete latents summed out by the model's enumerated guide
+    (``"enumerated"``), or a fresh ELBO of its own guide (``"fresh"``). Decided from the plan
+    alone, so a comparison can check before any fit that it can score every run."""
+    if callable(getattr(alg, "comparable_objective", None)):
+        return "own"
+    if alg.traits.estimate == "draws":
+        return "draws"
+    if guide is None:
+        return "last"
+    return "enumerated" if svi.enumerated_guide(spec, backend) is not None else "fresh"
 
 
 def _row(run, seed, res, data, test_data, num_samples) -> dict:
@@ -736,15 +751,11 @@ def _check_scoring(plan) -> None:
     discrete latents out can be scored so (NumPyro's enumeration cannot sum over K=1), rather
     than an error after the fits."""
     for alg, target, backend, guide, opts in plan:
-        own_score = callable(getattr(alg, "comparable_objective", None))
-        if guide is None or own_score or alg.traits.estimate == "draws":
+        if _scoring(alg, target, backend, guide) != "enumerated":
             continue
         enumerated = svi.enumerated_guide(target, backend)
-        if enumerated is not None:
-            why = (
-                f" (the comparison scores the {guide!r} runs by it)" if guide != enumerated else ""
-            )
-            svi.check_enumerable(backend, opts.get("K"), enumerated, why)
+        why = f" (the comparison scores the {guide!r} runs by it)" if guide != enumerated else ""
+        svi.check_enumerable(backend, opts.get("K"), enumerated, why)
 
 
 def _check_every_option_is_used(spec, plan, options, reference) -> None:
