@@ -124,7 +124,8 @@ def test_nuts_problems_read_arvizs_thresholds():
     assert "3 divergent" in problems[2]
 
 
-@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+# NumPyro's sampler compiles for 20 s; its warning comes from the same check as Pyro's.
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_a_short_nuts_run_warns(blobs, backend):
     res, caught = _fit_quietly(
         "bayesian_gmm", blobs, "nuts", backend, K=2, num_chains=2, num_warmup=10,

@@ -157,8 +157,17 @@ def test_a_partial_init_names_the_missing_keys_and_those_accepted(model, backend
     assert "Tracer" not in message and "tensor(" not in message
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("model", [*sorted(NETWORKS), "bayesian_gmm"])
+# NumPyro's mixture compiles a one-step fit (20 s) for the init to damage: a slow test.
+@pytest.mark.parametrize(
+    "model, backend",
+    [
+        pytest.param(m, b, marks=pytest.mark.slow)
+        if (m, b) == ("bayesian_gmm", "numpyro")
+        else (m, b)
+        for m in [*sorted(NETWORKS), "bayesian_gmm"]
+        for b in BACKENDS
+    ],
+)
 def test_a_non_finite_init_is_refused_up_front_naming_its_key(model, backend, raw_params):
     init = raw_params(model, backend)
     key = NETWORKS[model][2] if model in NETWORKS else "dof"
@@ -230,10 +239,15 @@ def test_a_gpu_asked_for_where_there_is_none_says_so(backend, device):
 # --- item: a divergence caused by an extreme option names it before the generic advice ---------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+# Pyro's fit of the first option in the default run; the others, each a NumPyro compilation or
+# a longer divergence, in the slow one.
 @pytest.mark.parametrize(
-    "option",
-    ["mean_precision_prior", pytest.param("degrees_of_freedom_prior", marks=pytest.mark.slow)],
+    "option, backend",
+    [
+        ("mean_precision_prior", "pyro"),
+        pytest.param("mean_precision_prior", "numpyro", marks=pytest.mark.slow),
+        *[pytest.param("degrees_of_freedom_prior", b, marks=pytest.mark.slow) for b in BACKENDS],
+    ],
 )
 def test_a_divergence_from_an_extreme_option_names_it_first(option, backend):
     with pytest.raises(inference.NonFiniteObjectiveError) as caught:
