@@ -11,15 +11,22 @@ Each row uses one of torch's linear-algebra libraries for the Cholesky factor an
 (``torch.backends.cuda.preferred_linalg_library``): a library call that cannot be recorded
 fails the recording, and that row gives the error instead of a time.
 
+And each row uses one layout of the (N, F) features and (N, K) responsibilities: torch's
+(``"transposed"``, stored as (F, N) and (K, N), the zoo's choice for torch, about twice as fast
+in a CPU's BLAS) or JAX's (``"as_given"``, (N, F) and (N, K)). A GPU may prefer the other: the
+rows say, and the ELBOs of the two should agree to rounding.
+
     python benchmarks/cavi_cuda_graph.py                   # on cuda: N=1,000,000 and 1,000
     python benchmarks/cavi_cuda_graph.py --json graph.json
     python benchmarks/cavi_cuda_graph.py --device cpu --quick   # the eager loop alone
+    python benchmarks/cavi_cuda_graph.py --linalg cusolver --sizes 1000000 --dtypes float32
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import sys
 import time
@@ -45,11 +52,37 @@ def make_problem(n, d, k):
     return cavi_speed.make_problem(n, d, k)
 
 
-def setup(n, d, k, device, dtype):
-    """The update's cache and its first state, on ``device`` in ``dtype``."""
+class AsGivenLayoutOps(TorchOps):
+    """torch's operations with JAX's layout: the features (N, F) and the responsibilities
+    (N, K) as they come, the softmax over each row's last axis."""
+
+    def layout_features(self, features):
+        return features
+
+    def layout_resp(self, resp):
+        return resp
+
+    def rows(self, resp):
+        return resp
+
+    def log_softmax_logits(self, features, theta):
+        logits = features @ theta  # (N, K)
+        log_resp = self.torch.log_softmax(logits, dim=1)
+        return log_resp, logits[:, 0] - log_resp[:, 0]
+
+    def weighted_feature_sums(self, resp, features):
+        return resp.T @ features
+
+
+LAYOUTS = {"transposed": TorchOps, "as_given": AsGivenLayoutOps}
+
+
+def setup(n, d, k, device, dtype, layout="transposed"):
+    """The update's cache and its first state, on ``device`` in ``dtype``, with the features
+    and responsibilities in ``layout`` (``LAYOUTS``)."""
     x, resp = make_problem(n, d, k)
     config = zoo.get_model("bayesian_gmm").prepare({"x": x}, K=k, weight_prior="dirichlet_process")
-    xp = TorchOps()
+    xp = LAYOUTS[layout]()
     as_tensor = lambda a: torch.as_tensor(a, dtype=getattr(torch, dtype), device=device)  # noqa: E731
     cache = closed_form.init_cache(as_tensor(x), config, xp)
     state = closed_form.init_state(as_tensor(resp), cache, config, xp)
@@ -125,6 +158,8 @@ def main(argv=None):
     parser.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     parser.add_argument("--linalg", nargs="+", default=["cusolver", "magma"],
                         help="torch's linear-algebra libraries to record with, in turn")  # fmt: skip
+    parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS),
+                        help="layouts of the features and responsibilities, in turn")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="N=2,000, float64, 3 iterations")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
@@ -134,38 +169,39 @@ def main(argv=None):
     rows = []
     print(f"bayesian_gmm CAVI, D={args.d} K={args.k}, {args.steps} iterations per loop, "
           f"on {args.device}")  # fmt: skip
-    print("| N | dtype | linalg | eager ms/iteration | graph ms/iteration | x eager | ELBO |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| N | dtype | linalg | layout | eager ms/iteration | graph ms/iteration | x eager | ELBO |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for library in args.linalg if cuda else ["default"]:  # a failed recording: the next one
         failed = None
-        for n in args.sizes:
-            for dtype in args.dtypes:
-                if cuda:
-                    torch.backends.cuda.preferred_linalg_library(library)
-                update, state = setup(n, args.d, args.k, args.device, dtype)
-                eager(update, state, 2, args.device)  # warm-up: the libraries' first calls
-                row = {"n": n, "dtype": dtype, "linalg": library}
-                row["eager_s"], row["eager_elbo"] = eager(update, state, args.steps, args.device)
-                if cuda and failed:
-                    row["graph_error"] = failed
-                elif cuda:
-                    try:
-                        row["graph_s"], row["graph_elbo"] = graphed(
-                            update, state, args.steps, args.device
-                        )
-                    except Exception as err:  # a call that cannot be recorded
-                        row["graph_error"] = failed = first_line(err)
-                        print(f"    recording failed: {failed}", flush=True)
-                rows.append(row)
-                graph = row.get("graph_s")
-                cells = [
-                    f"{n:,}", dtype, library, f"{row['eager_s'] * 1e3:.3f}",
-                    "-" if graph is None else f"{graph * 1e3:.3f}",
-                    "-" if graph is None else f"{graph / row['eager_s']:.2f}",
-                    f"{row['eager_elbo']:.6f}"
-                    + ("" if graph is None else f" / {row['graph_elbo']:.6f}"),
-                ]  # fmt: skip
-                print("| " + " | ".join(cells) + " |", flush=True)
+        for n, dtype, layout in itertools.product(args.sizes, args.dtypes, args.layouts):
+            if cuda:
+                torch.backends.cuda.preferred_linalg_library(library)
+            update, state = setup(n, args.d, args.k, args.device, dtype, layout)
+            eager(update, state, 2, args.device)  # warm-up: the libraries' first calls
+            row = {"n": n, "dtype": dtype, "linalg": library, "layout": layout}
+            row["eager_s"], row["eager_elbo"] = eager(update, state, args.steps, args.device)
+            if cuda and failed:
+                row["graph_error"] = failed
+            elif cuda:
+                try:
+                    row["graph_s"], row["graph_elbo"] = graphed(
+                        update, state, args.steps, args.device
+                    )
+                except Exception as err:  # a call that cannot be recorded
+                    row["graph_error"] = failed = first_line(err)
+                    print(f"    recording failed: {failed}", flush=True)
+            rows.append(row)
+            graph = row.get("graph_s")
+            cells = [
+                f"{n:,}", dtype, library, layout, f"{row['eager_s'] * 1e3:.3f}",
+                "-" if graph is None else f"{graph * 1e3:.3f}",
+                "-" if graph is None else f"{graph / row['eager_s']:.2f}",
+                f"{row['eager_elbo']:.6f}"
+                + ("" if graph is None else f" / {row['graph_elbo']:.6f}"),
+            ]  # fmt: skip
+            print("| " + " | ".join(cells) + " |", flush=True)
     if not cuda:
         print("(CUDA graphs need a CUDA device: the eager loop alone was timed)")
     if args.json:
