@@ -39,7 +39,7 @@ if str(HERE.parent) not in sys.path:  # this checkout's packages, run from anywh
     sys.path.insert(1, str(HERE.parent))
 
 import zoo  # noqa: E402
-from zoo.array_namespace import TorchOps  # noqa: E402
+from zoo.array_namespace import AsGivenLayout, TorchOps  # noqa: E402
 from zoo.bayesian_gmm import closed_form  # noqa: E402
 
 
@@ -52,29 +52,11 @@ def make_problem(n, d, k):
     return cavi_speed.make_problem(n, d, k)
 
 
-class AsGivenLayoutOps(TorchOps):
-    """torch's operations with JAX's layout: the features (N, F) and the responsibilities
-    (N, K) as they come, the softmax over each row's last axis."""
-
-    def layout_features(self, features):
-        return features
-
-    def layout_resp(self, resp):
-        return resp
-
-    def rows(self, resp):
-        return resp
-
-    def log_softmax_logits(self, features, theta):
-        logits = features @ theta  # (N, K)
-        log_resp = self.torch.log_softmax(logits, dim=1)
-        return log_resp, logits[:, 0] - log_resp[:, 0]
-
-    def weighted_feature_sums(self, resp, features):
-        return resp.T @ features
+class AsGivenTorchOps(AsGivenLayout, TorchOps):
+    """torch's operations with JAX's layout of the features and responsibilities."""
 
 
-LAYOUTS = {"transposed": TorchOps, "as_given": AsGivenLayoutOps}
+LAYOUTS = {"transposed": TorchOps, "as_given": AsGivenTorchOps}
 
 
 def setup(n, d, k, device, dtype, layout="transposed"):

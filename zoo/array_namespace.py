@@ -175,7 +175,33 @@ class TorchOps:
         return resp @ features.T
 
 
-class JaxOps:
+class AsGivenLayout:
+    """The closed forms' layout functions for (N, F) features and (N, K) responsibilities kept
+    as they come, with the softmax over each row. XLA is fastest so (``JaxOps``); torch's own
+    layout is the transposed one (``TorchOps``), and ``benchmarks/cavi_cuda_graph.py`` times
+    torch with this one (``class AsGivenTorchOps(AsGivenLayout, TorchOps)``)."""
+
+    def layout_features(self, features):
+        return features
+
+    def layout_resp(self, resp):
+        return resp
+
+    def rows(self, resp):
+        return resp
+
+    def log_softmax_logits(self, features, theta):
+        """(log responsibilities, log normaliser (N,)) of ``phi @ theta``, in this layout."""
+        logits = features @ theta
+        log_resp = self.log_softmax(logits, axis=1)
+        return log_resp, logits[:, 0] - log_resp[:, 0]
+
+    def weighted_feature_sums(self, resp, features):
+        """``resp.T @ phi``: (K, F)."""
+        return resp.T @ features
+
+
+class JaxOps(AsGivenLayout):
     name = "numpyro"
 
     def __init__(self):
@@ -294,21 +320,6 @@ class JaxOps:
     def clip_min(self, x, low):
         return self.jnp.maximum(x, low)
 
-    # XLA is fastest with (N, F) features and (N, K) responsibilities as they come.
-    def layout_features(self, features):
-        return features
-
-    def layout_resp(self, resp):
-        return resp
-
-    def rows(self, resp):
-        return resp
-
-    def log_softmax_logits(self, features, theta):
-        logits = features @ theta
-        log_resp = self.jax.nn.log_softmax(logits, axis=1)
-        return log_resp, logits[:, 0] - log_resp[:, 0]
-
     def softmax_logits(self, features, theta):
         # One softmax whose maximum and sum also give the log normaliser: one (N, K) array
         # fewer to write and read than exp(log_softmax) (a CAVI iteration at N = 1M: 15% faster
@@ -318,9 +329,6 @@ class JaxOps:
         unnormalised = self.jnp.exp(logits - top)
         total = self.jnp.sum(unnormalised, axis=1, keepdims=True)
         return unnormalised / total, (top + self.jnp.log(total))[:, 0]
-
-    def weighted_feature_sums(self, resp, features):
-        return resp.T @ features
 
 
 class NumpyOps:
