@@ -12,8 +12,8 @@ Each row uses one of torch's linear-algebra libraries for the Cholesky factor an
 fails the recording, and that row gives the error instead of a time.
 
 And each row uses one layout of the (N, F) features and (N, K) responsibilities: torch's
-(``"transposed"``, stored as (F, N) and (K, N), the zoo's choice for torch, about twice as fast
-in a CPU's BLAS) or JAX's (``"as_given"``, (N, F) and (N, K)). A GPU may prefer the other: the
+(``"transposed"``, stored as (F, N) and (K, N), the zoo's choice for torch, the faster in a
+CPU's BLAS) or JAX's (``"as_given"``, (N, F) and (N, K)). A GPU may prefer the other: the
 rows say, and the ELBOs of the two should agree to rounding.
 
     python benchmarks/cavi_cuda_graph.py                   # on cuda: N=1,000,000 and 1,000
