@@ -16,10 +16,17 @@ And each row uses one layout of the (N, F) features and (N, K) responsibilities:
 CPU's BLAS) or JAX's (``"as_given"``, (N, F) and (N, K)). A GPU may prefer the other: the
 rows say, and the ELBOs of the two should agree to rounding.
 
+With ``--compile``, each row is also run with the update compiled by ``torch.compile``
+(inductor), which fuses chains of elementwise operations into single kernels: on a GPU, fewer
+and larger kernels in the graph. The compiled rows give the compilation's seconds and their ELBO,
+which should agree with the uncompiled one to rounding. Their "eager" column is the compiled
+update called once per iteration, without a graph.
+
     python benchmarks/cavi_cuda_graph.py                   # on cuda: N=1,000,000 and 1,000
     python benchmarks/cavi_cuda_graph.py --json graph.json
     python benchmarks/cavi_cuda_graph.py --device cpu --quick   # the eager loop alone
     python benchmarks/cavi_cuda_graph.py --linalg cusolver --sizes 1000000 --dtypes float32
+    python benchmarks/cavi_cuda_graph.py --linalg cusolver --compile   # also compiled updates
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import itertools
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -69,6 +77,16 @@ def setup(n, d, k, device, dtype, layout="transposed"):
     cache = closed_form.init_cache(as_tensor(x), config, xp)
     state = closed_form.init_state(as_tensor(resp), cache, config, xp)
     return (lambda state: closed_form.update(state, cache, config, xp)), state
+
+
+def compile_update(update, state, device):
+    """``update`` compiled by torch's compiler for this state's shapes, and the seconds its
+    compilation took (its first call)."""
+    fn = torch.compile(update, fullgraph=True, dynamic=False)
+    with warnings.catch_warnings():  # the compiler's own deprecation notices, not this script's
+        warnings.simplefilter("ignore", FutureWarning)
+        seconds, _ = eager(fn, state, 1, device)
+    return fn, seconds
 
 
 def clone(tree):
@@ -142,6 +160,8 @@ def main(argv=None):
                         help="torch's linear-algebra libraries to record with, in turn")  # fmt: skip
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS),
                         help="layouts of the features and responsibilities, in turn")  # fmt: skip
+    parser.add_argument("--compile", action="store_true",
+                        help="also each row with the update compiled by torch.compile")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="N=2,000, float64, 3 iterations")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
@@ -152,17 +172,29 @@ def main(argv=None):
     print(f"bayesian_gmm CAVI, D={args.d} K={args.k}, {args.steps} iterations per loop, "
           f"on {args.device}")  # fmt: skip
     print(
-        "| N | dtype | linalg | layout | eager ms/iteration | graph ms/iteration | x eager | ELBO |"
+        "| N | dtype | linalg | layout | compiled | eager ms/iteration | graph ms/iteration "
+        "| x eager | ELBO |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
+    compiles = [False, True] if args.compile else [False]
     for library in args.linalg if cuda else ["default"]:  # a failed recording: the next one
         failed = None
-        for n, dtype, layout in itertools.product(args.sizes, args.dtypes, args.layouts):
+        grid = itertools.product(args.sizes, args.dtypes, args.layouts, compiles)
+        for n, dtype, layout, compile_it in grid:
             if cuda:
                 torch.backends.cuda.preferred_linalg_library(library)
             update, state = setup(n, args.d, args.k, args.device, dtype, layout)
-            eager(update, state, 2, args.device)  # warm-up: the libraries' first calls
             row = {"n": n, "dtype": dtype, "linalg": library, "layout": layout}
+            row["compiled"] = compile_it
+            if compile_it:
+                try:
+                    update, row["compile_s"] = compile_update(update, state, args.device)
+                except Exception as err:  # no compiler for this device, for one
+                    row["compile_error"] = first_line(err)
+                    print(f"    compilation failed: {row['compile_error']}", flush=True)
+                    rows.append(row)
+                    continue
+            eager(update, state, 2, args.device)  # warm-up: the libraries' first calls
             row["eager_s"], row["eager_elbo"] = eager(update, state, args.steps, args.device)
             if cuda and failed:
                 row["graph_error"] = failed
@@ -177,7 +209,9 @@ def main(argv=None):
             rows.append(row)
             graph = row.get("graph_s")
             cells = [
-                f"{n:,}", dtype, library, layout, f"{row['eager_s'] * 1e3:.3f}",
+                f"{n:,}", dtype, library, layout,
+                f"in {row['compile_s']:.1f} s" if compile_it else "no",
+                f"{row['eager_s'] * 1e3:.3f}",
                 "-" if graph is None else f"{graph * 1e3:.3f}",
                 "-" if graph is None else f"{graph / row['eager_s']:.2f}",
                 f"{row['eager_elbo']:.6f}"

@@ -26,8 +26,9 @@ error and the run goes on; the end lists every figure that could not be taken):
   memory-bound time at the measured bandwidth, and the ratio to it; then float64 again with
   each iteration's objective read before the next update is queued (what the CPU does), to
   show what queueing ahead saves on the device; Pyro again with its update run eagerly rather
-  than replayed from a CUDA graph (``ZOO_CUDA_GRAPHS=0``); and float64 at N=1,000, where an
-  iteration's time is nearly all the host's time to issue it.
+  than replayed from a CUDA graph (``ZOO_CUDA_GRAPHS=0``); float64 at N=1,000, where an
+  iteration's time is nearly all the host's time to issue it; and Pyro with ``jit=True`` (its
+  update compiled by ``torch.compile``, then replayed from a CUDA graph), both dtypes.
 * ``bam``: the Bayesian attention classifier's step against the softmax step, both backends,
   stepped side by side (``bam_speed.py``).
 * ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
@@ -110,7 +111,7 @@ QUICK = SimpleNamespace(
 # once --budget is spent.
 SECTION_LIMITS = {
     "environment": 60, "smoke": 150, "agreement": 40, "bandwidth": 20,
-    "vae": 70, "cavi": 55, "bam": 40, "nuts": 120, "launches": 120,
+    "vae": 70, "cavi": 100, "bam": 40, "nuts": 120, "launches": 120,
 }  # fmt: skip
 # The smoke's NUTS runs: one chain, a few shallow iterations (where the algorithm's short run
 # sets these options).
@@ -658,6 +659,26 @@ def cavi(run: Run) -> dict:
             small["rows"][f"{backend} float64{how}"] = {"seconds_per_iteration": got[0]}
             say(f"  {backend:8s} float64{how}, N={small_n:,} (the host's time to issue an "
                 f"iteration): {got[0] * 1e3:.3f} ms/iteration")  # fmt: skip
+    # Last: compiling takes the longest, and the figures above come first.
+    compiled = run.figures["cavi"]["pyro_jit"] = {}
+    for dtype in ("float64", "float32") if "pyro" in run.args.backends else ():
+        got = run.attempt(
+            f"cavi pyro {dtype}, jit=True", cavi_speed.zoo_iteration_time, x, resp, k, "pyro",
+            steps, device=dev, dtype=dtype, jit=True,
+        )  # fmt: skip
+        replayed = rows.get(f"pyro {dtype}")
+        if got is None or replayed is None:
+            continue
+        seconds, bound = got[0], replayed["memory_bound_s"]
+        compiled[dtype] = {
+            "seconds_per_iteration": seconds,
+            "x_uncompiled": seconds / replayed["seconds_per_iteration"],
+            "x_memory_bound": seconds / bound if bound else None,
+        }
+        say(f"  pyro     {dtype}, jit=True (torch.compile, then the CUDA graph): "
+            f"{seconds * 1e3:.3f} ms/iteration, {compiled[dtype]['x_uncompiled']:.2f}x the "
+            f"uncompiled time"
+            + ("" if bound is None else f", {seconds / bound:.1f}x the memory-bound time"))  # fmt: skip
     return run.figures["cavi"]
 
 
@@ -879,6 +900,13 @@ def targets(run: Run) -> list[dict]:
     cavi_ = (run.figures.get("cavi") or {}).get("rows", {})
     for name, row in cavi_.items():
         target(f"cavi N={run.sizes.cavi_n:,} {name}: x memory bound", row["x_memory_bound"], 3.0)
+    compiled = (run.figures.get("cavi") or {}).get("pyro_jit", {})
+    for dtype, row in compiled.items():
+        target(
+            f"cavi N={run.sizes.cavi_n:,} pyro {dtype} jit=True: x memory bound",
+            row["x_memory_bound"],
+            3.0,
+        )
     bam_ = run.figures.get("bam") or {}
     for name, row in bam_.items():
         if not name.endswith(" softmax") and "," not in name:

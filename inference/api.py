@@ -58,6 +58,14 @@ def model_options(spec) -> list[str]:
     return [p for p in inspect.signature(spec.prepare).parameters if p != "data"]
 
 
+def _algorithms_named(names: list[str]) -> str:
+    """``algorithm 'svi'``, or ``algorithms 'cavi', 'em' and 'svi'``."""
+    quoted = [repr(name) for name in names]
+    if len(quoted) == 1:
+        return f"algorithm {quoted[0]}"
+    return f"algorithms {', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
 def split_options(alg, spec, options: dict) -> tuple[dict, dict]:
     """``(the algorithm's options, the model's options)`` from the keyword options of a fit;
     an option that is neither is an error naming who takes it, if anyone does, and a model
@@ -73,7 +81,7 @@ def split_options(alg, spec, options: dict) -> tuple[dict, dict]:
             takers = [a for a in list_algorithms() if name in get_algorithm(a).option_names()]
             if takers:
                 raise ValueError(
-                    f"{name}= is an option of algorithm {' and '.join(map(repr, takers))}; "
+                    f"{name}= is an option of {_algorithms_named(takers)}; "
                     f"algorithm {alg.name!r} does not take it (got {name}={value!r})."
                 )
             raise TypeError(

@@ -69,7 +69,7 @@ def test_vae_speed_quick(tmp_path, data_dir, monkeypatch):
 
 def test_cavi_speed_quick(tmp_path):
     out = run_benchmark("cavi_speed", ["--quick", "--json", str(tmp_path / "cavi.json")])
-    assert set(out["seconds_per_iteration"]) == {"sklearn", "numpyro", "pyro"}
+    assert set(out["seconds_per_iteration"]) == {"sklearn", "numpyro", "pyro", "pyro jit"}
     assert all(positive(t) for t in out["seconds_per_iteration"].values())
     # The zoo's CAVI and scikit-learn's variational mixture reach the same means.
     assert max(out["max_relative_difference_of_means_vs_sklearn"].values()) < 1e-6
@@ -164,6 +164,8 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
     assert positive(host_bound["rows"]["pyro float64, eager"]["seconds_per_iteration"])
     for dtype in ("float64", "float32"):
         assert positive(figures["cavi"]["pyro_eager"][dtype]["graph_x_eager"])
+        jit = figures["cavi"]["pyro_jit"][dtype]
+        assert positive(jit["x_uncompiled"]) and positive(jit["x_memory_bound"])
     assert figures["bam"]["pyro softmax"]["x_softmax"] == 1.0
     assert figures["launches"]["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
     (nuts,) = figures["nuts"]
@@ -182,6 +184,19 @@ def test_cavi_cuda_graph_quick_times_the_eager_loop_on_a_cpu(capsys):
     # Both layouts compute the same iterations, to rounding.
     assert rows[0]["eager_elbo"] == pytest.approx(rows[1]["eager_elbo"], rel=1e-12)
     assert "CUDA graphs need a CUDA device" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_cavi_cuda_graph_compiled_update_computes_the_eager_iterations(capsys):
+    rows = run_benchmark(
+        "cavi_cuda_graph", ["--device", "cpu", "--quick", "--compile", "--layouts", "transposed"]
+    )
+    assert [row["compiled"] for row in rows] == [False, True]
+    assert "compile_error" not in rows[1], rows[1].get("compile_error")
+    assert positive(rows[1]["compile_s"]) and positive(rows[1]["eager_s"])
+    # torch's compiler fuses operations but computes the same iterations, to rounding.
+    assert rows[1]["eager_elbo"] == pytest.approx(rows[0]["eager_elbo"], rel=1e-12)
+    assert "| in " in capsys.readouterr().out  # the compilation's seconds
 
 
 def test_gpu_check_skips_a_nuts_fit_only_when_its_sampling_would_run_too_long(monkeypatch):

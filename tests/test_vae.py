@@ -306,8 +306,11 @@ def test_pyro_jit_trains_reproducibly_and_refuses_what_it_cannot_compile(digits)
             "vae", {"x": digits}, "svi", "pyro", jit=True, elbo="iwae", num_particles=2, **opts
         )
     gmm = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 50)
-    with pytest.raises(ValueError, match="jit= is an option of algorithm 'svi'"):
-        inference.fit("bayesian_gmm", gmm, "cavi", "pyro", jit=True, progress=False)
+    with pytest.raises(
+        ValueError,
+        match="jit= is an option of algorithms 'cavi', 'em' and 'svi'; algorithm 'nuts' does not",
+    ):
+        inference.fit("bayesian_gmm", gmm, "nuts", "pyro", jit=True, progress=False)
 
 
 @pytest.mark.parametrize("elbo", ["trace", "meanfield"])

@@ -57,8 +57,8 @@ def backend_config(config, device, dtype):
     return convert_config(config, lambda a: asarray(a, device, dtype))
 
 
-def compile_step(fn, config=None, key=None):
-    """``fn`` compiled by ``jax.jit``. With ``config``, ``fn(config, *args)``: the config's
+def compile_step(fn, config=None, key=None, jit: bool = True):
+    """``fn`` compiled by ``jax.jit``, whatever ``jit`` says. With ``config``, ``fn(config, *args)``: the config's
     arrays are arguments of the compilation, which is kept by ``key`` and the config's
     structure, so that a later fit with the same structure and other prior values (from other
     data) reuses it. ``key`` names ``fn``: ``(module, functions of it that fn runs)``, which an

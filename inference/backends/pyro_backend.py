@@ -25,6 +25,7 @@ from inference.backends.cuda_graph import GraphedUpdate
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
 from inference.backends.sites import data_plate_log_prob
 from inference.backends.svi_setup import SVISetup
+from inference.backends.torch_compiled import CompiledUpdate
 from zoo import devices
 from zoo.array_namespace import TorchOps, convert_config
 from zoo.weights import canonical_name
@@ -80,13 +81,17 @@ def backend_config(config, device, dtype):
     return convert_config(config, lambda a: asarray(a, device, dtype))
 
 
-def compile_step(fn, config=None, key=None):
-    """Closed-form steps run eagerly on torch; with ``config``, ``fn(config, *args)``. A
+def compile_step(fn, config=None, key=None, jit: bool = False):
+    """Closed-form steps run eagerly on torch, or with ``jit`` compiled by ``torch.compile``
+    (:mod:`inference.backends.torch_compiled`); with ``config``, ``fn(config, *args)``. A
     closed-form update (``key`` ``(module, "update")``, called as ``update(state, cache)``) on
     a GPU is replayed from a CUDA graph (:mod:`inference.backends.cuda_graph`)."""
     step = fn if config is None else functools.partial(fn, config)
+    name = " of ".join(reversed(key)) if isinstance(key, tuple) else "step"
+    if jit:
+        step = CompiledUpdate(step, name=name)
     if isinstance(key, tuple) and key[-1] == "update":
-        return GraphedUpdate(step, name=" of ".join(reversed(key)))
+        return GraphedUpdate(step, name=name)
     return step
 
 
