@@ -58,11 +58,12 @@ def backend_config(config, device, dtype):
 
 
 def compile_step(fn, config=None, key=None, jit: bool = True):
-    """``fn`` compiled by ``jax.jit``, whatever ``jit`` says. With ``config``, ``fn(config, *args)``: the config's
-    arrays are arguments of the compilation, which is kept by ``key`` and the config's
-    structure, so that a later fit with the same structure and other prior values (from other
-    data) reuses it. ``key`` names ``fn``: ``(module, functions of it that fn runs)``, which an
-    error says when JAX cannot compile them."""
+    """``fn`` compiled by ``jax.jit``, whatever ``jit`` says (a closed-form fit's ``jit`` option
+    asks Pyro's backend to compile). With ``config``, ``fn(config, *args)``: the config's arrays
+    are arguments of the compilation, which is kept by ``key`` and the config's structure, so
+    that a later fit with the same structure and other prior values (from other data) reuses it.
+    ``key`` names ``fn``: ``(module, functions of it that fn runs)``, which an error says when
+    JAX cannot compile them."""
     if config is None:
         return jax.jit(fn)
     kept = (key, _config_key(config))
