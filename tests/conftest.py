@@ -117,3 +117,19 @@ def regression_spec():
     sys.path.remove(str(PLUGIN_SOURCE))
     for name in [m for m in sys.modules if m.split(".")[0] == "zoo_linear_regression"]:
         del sys.modules[name]
+
+
+@pytest.fixture
+def compiled_calls(monkeypatch):
+    """A list that grows by one at each call of a function ``torch.compile`` compiled while the
+    test runs: a test of ``jit=True`` checks that the compiled update ran, not a fall-back."""
+    import torch
+
+    calls, compile_ = [], torch.compile
+
+    def counting_compile(fn, **options):
+        compiled = compile_(fn, **options)
+        return lambda *args: calls.append(1) or compiled(*args)
+
+    monkeypatch.setattr(torch, "compile", counting_compile)
+    return calls

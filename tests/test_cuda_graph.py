@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 
 import inference
 import zoo
-from inference.backends import cuda_graph, pyro_backend, torch_compiled
+from inference.backends import cuda_graph, pyro_backend
 from inference.backends.cuda_graph import GraphedUpdate
 from zoo.array_namespace import TorchOps
 from zoo.bayesian_gmm import closed_form
@@ -169,7 +169,7 @@ def test_a_fit_replayed_and_queued_ahead_is_the_eager_fit(
 
 @pytest.mark.slow
 def test_a_compiled_update_is_what_the_graph_records_and_replays(
-    gmm_data, resp0, on_a_gpu, monkeypatch
+    gmm_data, resp0, on_a_gpu, monkeypatch, compiled_calls
 ):
     """``jit=True`` as on a GPU: the graph records the compiled update (compiled at the first of
     its eager runs) and replays it, to the uncompiled eager fit's objectives to rounding."""
@@ -185,14 +185,6 @@ def test_a_compiled_update_is_what_the_graph_records_and_replays(
     monkeypatch.setenv("ZOO_CUDA_GRAPHS", "1")
     recorder = Replaying()
     monkeypatch.setattr(cuda_graph, "record_on_cuda", recorder)
-    compiled_calls = []
-    compile_ = torch.compile
-
-    def counting_compile(fn, **options):
-        compiled = compile_(fn, **options)
-        return lambda *args: compiled_calls.append(1) or compiled(*args)
-
-    monkeypatch.setattr(torch_compiled.torch, "compile", counting_compile)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # compiled, not fallen back
         replayed = fit(True)

@@ -64,14 +64,7 @@ def test_numpyro_compiles_anyway_so_jit_changes_nothing():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("model", "algorithm"), [("bayesian_gmm", "cavi"), ("gmm", "em")])
-def test_a_compiled_pyro_fit_takes_the_uncompiled_fits_steps(model, algorithm, monkeypatch):
-    compiled_calls, compile_ = [], torch_compiled.torch.compile
-
-    def counting_compile(fn, **options):
-        compiled = compile_(fn, **options)
-        return lambda *args: compiled_calls.append(1) or compiled(*args)
-
-    monkeypatch.setattr(torch_compiled.torch, "compile", counting_compile)
+def test_a_compiled_pyro_fit_takes_the_uncompiled_fits_steps(model, algorithm, compiled_calls):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # compiled, not fallen back
         on = _objectives(model, algorithm, "pyro", True)
