@@ -120,6 +120,7 @@ def started_fit(backend, attention, x, y, args, seed=0, prior=None):
         device=args.device,
         callback=lambda step, state, info: kept.update(state=state),
         attention=attention,
+        jit=args.jit and backend == "pyro",
         prior=args.prior if prior is None else prior,
         prior_hidden=args.prior_hidden,
         width=args.width,
@@ -186,6 +187,11 @@ def main(argv=None):
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument(
+        "--jit",
+        action="store_true",
+        help="Pyro: compile the steps (jit=True); NumPyro always compiles",
+    )
+    p.add_argument(
         "--ablate", action="store_true", help="Pyro: add fits with one part of the step stood in"
     )
     p.add_argument("--json", default=None, help="also write the results to this file")
@@ -206,9 +212,10 @@ def main(argv=None):
             name: np.median(np.reshape(times, (args.rounds, args.steps)), axis=1)
             for name, times in seconds.items()
         }
+        label = "pyro jit" if args.jit and backend == "pyro" else backend
         for name in seconds:
             ratios = blocks[name] / blocks["softmax"]
-            row = table[f"{backend} {name}"] = {
+            row = table[f"{label} {name}"] = {
                 "ms_per_step": 1e3 * float(np.median(seconds[name])),
                 "x_softmax": float(np.median(ratios)),
                 "x_softmax_range": [float(ratios.min()), float(ratios.max())],
@@ -218,7 +225,7 @@ def main(argv=None):
                 row["x_whole_step"] = float(np.median(blocks[name] / blocks[whole]))
     print(
         f"batch={args.batch_size} width={args.width} heads={args.heads} layers={args.layers} "
-        f"prior={args.prior} prior_hidden={args.prior_hidden} elbo={args.elbo} "
+        f"prior={args.prior} prior_hidden={args.prior_hidden} elbo={args.elbo} jit={args.jit} "
         f"steps={args.steps} rounds={args.rounds}"
     )
     print(

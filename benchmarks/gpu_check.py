@@ -30,7 +30,8 @@ error and the run goes on; the end lists every figure that could not be taken):
   iteration's time is nearly all the host's time to issue it; and Pyro with ``jit=True`` (its
   update compiled by ``torch.compile``, then replayed from a CUDA graph), both dtypes.
 * ``bam``: the Bayesian attention classifier's step against the softmax step, both backends,
-  stepped side by side (``bam_speed.py``).
+  stepped side by side (``bam_speed.py``); then Pyro again with ``jit=True``, each variant's
+  step compiled.
 * ``nuts``: seconds per leapfrog step of NUTS on the device and on the CPU, a small Bayesian GMM
   at a few data sizes, both backends: the figures that calibrate
   ``inference.algorithms.sampler_device.NUTS_GPU_MIN_SIZE`` (the size, per backend, below which
@@ -111,7 +112,7 @@ QUICK = SimpleNamespace(
 # once --budget is spent.
 SECTION_LIMITS = {
     "environment": 60, "smoke": 150, "agreement": 40, "bandwidth": 20,
-    "vae": 70, "cavi": 100, "bam": 40, "nuts": 120, "launches": 120,
+    "vae": 70, "cavi": 100, "bam": 55, "nuts": 120, "launches": 120,
 }  # fmt: skip
 # The smoke's NUTS runs: one chain, a few shallow iterations (where the algorithm's short run
 # sets these options).
@@ -710,6 +711,10 @@ def bam(run: Run) -> dict:
     table = run.figures["bam"] = {}
     for backend in run.args.backends:  # one backend at a time: a failure loses only its rows
         got = run.attempt(f"bam {backend}", bam_speed.main, [*argv, "--backends", backend])
+        if got:
+            table.update(got)
+    if "pyro" in run.args.backends:  # last: a shortage of time drops these rows alone
+        got = run.attempt("bam pyro jit", bam_speed.main, [*argv, "--backends", "pyro", "--jit"])
         if got:
             table.update(got)
     return table

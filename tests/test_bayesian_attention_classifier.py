@@ -376,6 +376,23 @@ def test_softmax_attention_is_deterministic_and_save_load(tmp_path, data):
     np.testing.assert_array_equal(predict_proba(loaded, x), mc)
 
 
+@pytest.mark.parametrize("attention", ["softmax", "weibull", "lognormal"])
+def test_pyro_jit_computes_the_uncompiled_fit(data, attention):
+    """jit=True (Pyro's compiled mean-field ELBO) takes the uncompiled fit's steps bit for bit
+    in float64: masked attention, the contextual prior and a short last minibatch (a second
+    compiled graph) included."""
+    fit = dict(
+        num_steps=5, batch_size=100, lr=0.01, seed=0, elbo="meanfield", progress=False, tol=0,
+        dtype="float64", attention=attention, prior="contextual", attention_mask=_mask(),
+        kl_weight=0.1, **SMALL,
+    )  # fmt: skip
+    compiled = inference.fit("bam_classifier", data, "svi", "pyro", jit=True, **fit)
+    plain = inference.fit("bam_classifier", data, "svi", "pyro", **fit)
+    np.testing.assert_array_equal(compiled.history["objective"], plain.history["objective"])
+    for name, value in plain.raw_params.items():
+        np.testing.assert_array_equal(compiled.raw_params[name], value, err_msg=name)
+
+
 def test_a_resumed_fit_may_be_extended(tmp_path, data):
     """The KL warm-up is fixed in steps, not spread over the fit: more steps on resume give
     the fit an uninterrupted run of the new length gives."""

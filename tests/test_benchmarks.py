@@ -167,6 +167,8 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
         jit = figures["cavi"]["pyro_jit"][dtype]
         assert positive(jit["x_uncompiled"]) and positive(jit["x_memory_bound"])
     assert figures["bam"]["pyro softmax"]["x_softmax"] == 1.0
+    assert figures["bam"]["pyro jit softmax"]["x_softmax"] == 1.0  # the compiled steps' rows
+    assert positive(figures["bam"]["pyro jit weibull"]["x_softmax"])
     assert figures["launches"]["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
     (nuts,) = figures["nuts"]
     assert nuts["size"] == nuts["latent_dim"] * nuts["data_size"] and not nuts["warns"]
