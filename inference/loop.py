@@ -154,6 +154,16 @@ DEFAULT_ADVICE = "Check the data scale, or use float64."
 NUMERICAL_ERRORS = (ValueError, ArithmeticError, RuntimeError)
 
 
+def _draw_not_factorised(alg, err) -> bool:
+    """Whether ``err`` is a failed matrix factorisation (numpy's or torch's ``LinAlgError``) in
+    a step of a stochastic algorithm. A learning rate too large for the data takes a guide to
+    parameters whose draws rounding leaves not positive definite (a Wishart draw whose Cholesky
+    factor fails): on one backend that is an error of the factorisation, on another a NaN
+    objective, and both mean what a non-finite objective means."""
+    linalg = any(kind.__name__.endswith("LinAlgError") for kind in type(err).__mro__)
+    return linalg and bool(alg.traits.stochastic)
+
+
 def nonfinite_parameters(alg, state) -> list[str]:
     """The names of the parameters of ``state`` that hold NaN or inf, or that lie outside
     their constraint (the state's ``outside_support``: a positive value rounded to zero); empty when all are good, or when they cannot be read."""
@@ -501,8 +511,9 @@ class _Run:
             raise
         except NUMERICAL_ERRORS as err:
             # A step that fails on parameters that are no longer finite (a learning rate that
-            # diverged) ends as a non-finite objective does, with advice.
-            if not nonfinite_parameters(alg, state):
+            # diverged), or a stochastic step whose draw could not be factorised, ends as a
+            # non-finite objective does, with advice.
+            if not (nonfinite_parameters(alg, state) or _draw_not_factorised(alg, err)):
                 raise
             what = f"Step {step + 1} failed ({type(err).__name__}: {_first_line(err)})"
             raise self.nonfinite_error(step, what) from err

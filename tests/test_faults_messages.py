@@ -260,6 +260,40 @@ def test_a_divergence_from_an_extreme_option_names_it_first(option, backend):
     assert 0 <= named < message.find("Lower the learning rate")
 
 
+def _failing_at_call(monkeypatch, algorithm: str, call: int, error: Exception):
+    """``algorithm``'s steps raise ``error`` from their ``call``-th call on."""
+    alg = inference.get_algorithm(algorithm)
+    step, calls = alg.step, []
+
+    def failing(state):
+        calls.append(None)
+        if len(calls) >= call:
+            raise error
+        return step(state)
+
+    monkeypatch.setattr(alg, "step", failing)
+
+
+def test_a_stochastic_step_whose_draw_cannot_be_factorised_ends_as_a_divergence(monkeypatch):
+    """A guide's draw that rounding leaves not positive definite (Pyro: torch's LinAlgError from
+    a Cholesky factorisation; NumPyro: a NaN objective) ends SVI with the advice of a non-finite
+    objective and the last parameters; a closed-form step's LinAlgError is raised as it is."""
+    import torch
+
+    singular = torch.linalg.LinAlgError("linalg.cholesky: the input is not positive-definite")
+    _failing_at_call(monkeypatch, "svi", 3, singular)
+    with pytest.raises(inference.NonFiniteObjectiveError) as caught:
+        inference.fit("bayesian_gmm", {"x": GMM_X}, "svi", "pyro", K=2, num_steps=5, progress=False)
+    message = str(caught.value)
+    assert message.startswith("Step 3 failed (")
+    assert "LinAlgError: linalg.cholesky" in message and "Lower the learning rate" in message
+    assert "the parameters of step 2 are kept" in message
+    assert caught.value.result is not None and caught.value.__cause__ is singular
+    _failing_at_call(monkeypatch, "em", 2, np.linalg.LinAlgError("Singular matrix"))
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        inference.fit("gmm", {"x": GMM_X}, "em", "pyro", K=2, num_steps=5, progress=False)
+
+
 def test_ordinary_options_are_never_called_extreme():
     from inference.loop import extreme_options
 
