@@ -709,12 +709,13 @@ def bam(run: Run) -> dict:
     for key, value in run.sizes.bam.items():
         argv += [f"--{key}", str(value)]
     table = run.figures["bam"] = {}
-    for backend in run.args.backends:  # one backend at a time: a failure loses only its rows
-        got = run.attempt(f"bam {backend}", bam_speed.main, [*argv, "--backends", backend])
-        if got:
-            table.update(got)
-    if "pyro" in run.args.backends:  # last: a shortage of time drops these rows alone
-        got = run.attempt("bam pyro jit", bam_speed.main, [*argv, "--backends", "pyro", "--jit"])
+    # One backend at a time: a failure loses only its rows. Pyro's compiled steps come last, so
+    # that a shortage of time drops them alone.
+    runs = {f"bam {backend}": ["--backends", backend] for backend in run.args.backends}
+    if "pyro" in run.args.backends:
+        runs["bam pyro jit"] = ["--backends", "pyro", "--jit"]
+    for what, chosen in runs.items():
+        got = run.attempt(what, bam_speed.main, [*argv, *chosen])
         if got:
             table.update(got)
     return table

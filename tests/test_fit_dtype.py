@@ -86,10 +86,8 @@ def _pyro_results_of_steps(model, data, algorithm, dtype, watch, **options) -> d
     return dict(watch.seen)
 
 
-def _cases(backend="pyro", skip=()):
+def _cases():
     for name in zoo.list_models():
-        if name in skip:
-            continue
         spec = zoo.get_model(name)
         for algorithm in supporting(spec):
             if algorithm != "nuts":  # (its sampler's adaptation runs on the host in float64)

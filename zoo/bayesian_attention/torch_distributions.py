@@ -678,8 +678,9 @@ def kl_lognormal_attention(q: LogNormalAttention, p: LogNormalAttention) -> torc
         total = math.prod(shape[-3:])
     else:
         d = torch.where(mask, d, 0.0)
-        total = mask.expand(shape[-3:]).sum(dtype=d.dtype)  # (an integer sum times a float
-        # would be of torch's default dtype, float32 in a float64 fit)
+        # In d's dtype: an integer sum times a Python float would be of torch's default dtype
+        # (float32 in a float64 fit).
+        total = mask.expand(shape[-3:]).sum(dtype=d.dtype)
     ratio = q.scale / p.scale
     constant = ratio**2 / 2 - math.log(ratio) - 0.5
     flat = d.flatten(-3)
