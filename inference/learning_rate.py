@@ -36,10 +36,11 @@ class Stages:
         ``step_size``)."""
         import jax.numpy as jnp
 
-        # float32 rates: a float64 rate would promote float32 parameters to float64 under x64.
-        ends, values = jnp.asarray(self.ends), jnp.asarray(self.values, dtype=jnp.float32)
-
         def rate(updates):
+            # float32 rates: a float64 rate would promote float32 parameters to float64 under
+            # x64. The ends are in the count's own integer type (int32 in a float32 fit's trace).
+            ends = jnp.asarray(self.ends, dtype=jnp.result_type(updates))
+            values = jnp.asarray(self.values, dtype=jnp.float32)
             stage = jnp.searchsorted(ends, updates, side="right")
             return values[jnp.minimum(stage, len(self.values) - 1)]
 

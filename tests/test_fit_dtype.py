@@ -5,8 +5,11 @@
   is told otherwise, and the arithmetic it joins is rounded to float32's precision without an
   error.
 - A float32 fit: on a GPU float64 arithmetic is several times slower. On NumPyro, JAX's 64-bit
-  mode (on for every fit) makes ``jax.random`` draw float64 unless told otherwise, which once
-  turned the float32 VAE's decoder float64.
+  mode (on for the process) makes ``jax.random`` draw float64 unless told otherwise, which once
+  turned the float32 VAE's decoder float64, and NumPyro's Beta, Dirichlet, Wishart and
+  multivariate normal draw float64, its Bernoulli scores the data in float64 and its
+  precision-matrix factorisation is against a float64 identity: a float32 fit's SVI functions
+  are therefore traced with the mode off (``numpyro_backend.traced_in_precision``).
 
 The tests watch every operation of a fit's steps, once its parameters exist: Pyro's as torch
 dispatches them, NumPyro's in the compiled update's program."""
@@ -14,6 +17,7 @@ dispatches them, NumPyro's in the compiled update's program."""
 from __future__ import annotations
 
 import collections
+import warnings
 
 import jax
 import numpy as np
@@ -27,13 +31,6 @@ import zoo
 from inference.registry import supporting
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small tensors
-
-#: Models whose NumPyro SVI computes part of a float32 step in float64: NumPyro's Beta,
-#: Dirichlet, Wishart and multivariate normal draw float64 under JAX's 64-bit mode, its
-#: Bernoulli scores the data in float64, and its precision-matrix factorisation is against a
-#: float64 identity (the GPU guide's "Precision" says so).
-NUMPYRO_FLOAT32_IN_FLOAT64 = {"bayesian_gmm", "bernoulli_mixture", "gmm"}
-
 
 #: torch's wrapping of a host (numpy) array as it is, before its conversion to the fit's dtype:
 #: a minibatch read from a stream of float64 rows.
@@ -154,13 +151,36 @@ def _float64_arrays(jaxpr, found: collections.Counter) -> collections.Counter:
 
 
 @pytest.mark.slow  # (each model's update compiles: seconds)
-@pytest.mark.parametrize("model", sorted(set(zoo.list_models()) - NUMPYRO_FLOAT32_IN_FLOAT64))
+@pytest.mark.parametrize("model", sorted(zoo.list_models()))
 def test_numpyro_svi_update_of_a_float32_fit_makes_no_float64_array(model):
     spec, data = _example(model)
     state = _started(spec, data, "svi", "numpyro", "float32", **spec.example_options)
     engine, batches = state.bound.engine, state.bound.batches
     rows = None if batches is None else batches.indices(0)
-    program = jax.make_jaxpr(engine._compiled._update)(
+    program = jax.make_jaxpr(engine._compiled.update.fn)(
         state.params, engine.data, engine._arrays, rows, None
     )
     assert dict(_float64_arrays(program.jaxpr, collections.Counter())) == {}
+
+
+def test_a_float32_trace_makes_float32_where_nothing_says_a_dtype():
+    """What ``traced_in_precision`` changes, without compiling a model: a draw, an identity
+    and a staged learning rate read at a traced update count, with no int64 warning."""
+    import jax.numpy as jnp
+
+    from inference.backends.numpyro_backend import traced_in_precision
+    from inference.learning_rate import parse
+
+    rate = parse([[3, 0.1], [2, 0.01]]).jax_schedule()
+
+    def made(key, updates):
+        return jax.random.normal(key, (2,)), jnp.eye(2), rate(updates)
+
+    count = np.asarray(4, dtype=np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        draw, eye, lr = jax.jit(traced_in_precision(made, "float32"))(jax.random.PRNGKey(0), count)
+        wide = jax.jit(traced_in_precision(made, "float64"))(jax.random.PRNGKey(0), count)
+    assert (draw.dtype, eye.dtype, lr.dtype) == (np.float32,) * 3
+    assert float(lr) == pytest.approx(0.01)
+    assert (wide[0].dtype, wide[1].dtype) == (np.float64, np.float64)  # the process's mode

@@ -398,6 +398,7 @@ class SVI(Algorithm):
             compile_key=(spec.name, spec.backends[back.NAME], guide, bound_num_data),
             start=start,
             persist=spec.built_in,
+            dtype=problem.dtype,
         )
         engine = back.SVIEngine(model, guide_fn, data, config, setup)
         grey = None
@@ -586,6 +587,7 @@ def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
         compile_key=(spec.name, spec.backends[back.NAME], guide, None),
         start=params,
         persist=spec.built_in,
+        dtype=dtype,
     )
     return back.SVIEngine(
         spec.build_model(back.NAME, config, params),

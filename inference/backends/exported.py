@@ -187,7 +187,7 @@ class PersistentFunction:
         device=None,
         keep: Callable[[], bool] = lambda: True,
     ):
-        self.name, self.key, self.keep = name, key, keep
+        self.fn, self.name, self.key, self.keep = fn, name, key, keep
         self.platform = None if device is None else export_platform(device.platform)
         self._jitted = jax.jit(fn)
         self._calls: dict = {}

@@ -335,6 +335,23 @@ class _ParamStarts(numpyro.primitives.Messenger):
         msg["value"] = given
 
 
+def traced_in_precision(fn, dtype: str):
+    """``fn``, whose trace computes in ``dtype``: for float32, traced with JAX's 64-bit mode
+    off, so that what the model and guide make without a dtype (NumPyro's draws, its identity
+    matrices, its Bernoulli's cast of the data) is float32 as their parameters are. The mode is
+    on for the process (the closed-form updates and float64 fits need it); a float32 fit's
+    compiled functions turn it off inside their trace, and are called like any other."""
+    if np.dtype(dtype) != np.float32:
+        return fn
+
+    @functools.wraps(fn)
+    def traced(*args):
+        with jax.enable_x64(False):
+            return fn(*args)
+
+    return traced
+
+
 class _CompiledSVI:
     """One model and guide's SVI with its compiled initialisation, update, parameters and ELBO.
 
@@ -352,14 +369,24 @@ class _CompiledSVI:
     """
 
     def __init__(
-        self, model, guide, loss, lr, config, init_temperature, shardings, device, persist_key
+        self,
+        model,
+        guide,
+        loss,
+        lr,
+        config,
+        init_temperature,
+        shardings,
+        device,
+        persist_key,
+        dtype="float64",
     ):
         # Stages run as a function of Adam's update count, which lives in the SVI state.
         step_size = lr.jax_schedule() if isinstance(lr, learning_rate.Stages) else lr
         self.optim, self.loss = numpyro.optim.Adam(step_size), loss
         self.svi = SVI(model, guide, self.optim, loss)
         self.config, self.init_temperature, self.shardings = config, init_temperature, shardings
-        self.device, self.persist_key = device, persist_key
+        self.device, self.persist_key, self.dtype = device, persist_key, dtype
         self.starts_are_arguments = True  # until a trace finds a start it did not replace
         self.treedef = None  # of NumPyro's SVI state, once an initialisation is traced
         self._inits: dict = {}
@@ -373,13 +400,16 @@ class _CompiledSVI:
 
     def _function(self, fn, name, keep=lambda: True, persist=True):
         key = self.persist_key if persist else None
-        return exported.PersistentFunction(fn, name, key, self.device, keep)
+        return exported.PersistentFunction(
+            traced_in_precision(fn, self.dtype), name, key, self.device, keep
+        )
 
     def _unflatten(self, leaves):
         """NumPyro's SVI state from its leaves. A process that loaded the initialisation has
         not traced it: it is traced here, once, for the structure and SVI's transforms."""
         if self.treedef is None:
-            jax.eval_shape(self._init_fn(self.svi, {}), *self._init_args)
+            init = traced_in_precision(self._init_fn(self.svi, {}), self.dtype)
+            jax.eval_shape(init, *self._init_args)
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
     def _update(self, leaves, data, arrays, rows, temperature):
@@ -559,6 +589,7 @@ class SVIEngine:
                 self.shardings,
                 device,
                 persist_key,
+                setup.dtype,
             )
             if key is not None:
                 _COMPILED[key] = compiled

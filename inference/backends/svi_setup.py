@@ -45,6 +45,9 @@ class SVISetup:
         functions as arguments; Pyro's are already in the model and guide).
     persist : bool
         NumPyro: also keep the compiled functions on disk (a model of the zoo's own).
+    dtype : {"float64", "float32"}
+        Of the data and parameters. NumPyro traces a float32 fit's functions with JAX's 64-bit
+        mode off, so that nothing in them computes in float64.
     """
 
     elbo: str
@@ -59,6 +62,7 @@ class SVISetup:
     compile_key: Any = None
     start: dict | None = None
     persist: bool = False
+    dtype: str = "float64"
 
     @classmethod
     def from_options(cls, options, **derived) -> SVISetup:
