@@ -20,6 +20,7 @@ import collections
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -28,6 +29,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import inference
 import zoo
+from inference.backends.numpyro_backend import traced_in_precision
+from inference.learning_rate import parse
 from inference.registry import supporting
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small tensors
@@ -166,11 +169,6 @@ def test_numpyro_svi_update_of_a_float32_fit_makes_no_float64_array(model):
 def test_a_float32_trace_makes_float32_where_nothing_says_a_dtype():
     """What ``traced_in_precision`` changes, without compiling a model: a draw, an identity
     and a staged learning rate read at a traced update count, with no int64 warning."""
-    import jax.numpy as jnp
-
-    from inference.backends.numpyro_backend import traced_in_precision
-    from inference.learning_rate import parse
-
     rate = parse([[3, 0.1], [2, 0.01]]).jax_schedule()
 
     def made(key, updates):

@@ -379,7 +379,7 @@ class _CompiledSVI:
         shardings,
         device,
         persist_key,
-        dtype="float64",
+        dtype,
     ):
         # Stages run as a function of Adam's update count, which lives in the SVI state.
         step_size = lr.jax_schedule() if isinstance(lr, learning_rate.Stages) else lr
