@@ -165,3 +165,18 @@ def test_an_older_checkpoint_that_validated_refuses_a_run_without(tmp_path, x, b
     _fit(x, backend, path, validation_data={"x": x[:10]}, validate_every=2)
     _rewrite_header(path, lambda header: header.pop("validation_setup"))
     _refused(x, backend, path, "validation_setup does not match this run's: 'validation data")
+
+
+def test_an_older_float32_numpyro_checkpoint_with_an_int64_counter_resumes(tmp_path, x):
+    """NumPyro's float32 SVI used to count its updates in int64 (JAX's 64-bit mode, now off in
+    a float32 fit's trace): such a file resumes to the uninterrupted run."""
+    path = tmp_path / "run.zoo"
+    _fit(x, "numpyro", path, dtype="float32")
+    header, arrays = checkpoint.load(path)
+    counters = [k for k, a in arrays.items() if a.dtype == np.int32]
+    assert counters  # the update count
+    checkpoint.save(path, header, {k: a.astype(np.int64) if k in counters else a
+                                   for k, a in arrays.items()})  # fmt: skip
+    resumed = _fit(x, "numpyro", path, num_steps=4, resume=True, dtype="float32")
+    uninterrupted = _fit(x, "numpyro", None, num_steps=4, dtype="float32")
+    np.testing.assert_array_equal(resumed.history["objective"], uninterrupted.history["objective"])

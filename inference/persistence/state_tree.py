@@ -52,11 +52,36 @@ def read(skeleton, arrays: dict, fresh) -> dict:
     if isinstance(skeleton, dict) and FIELDS in skeleton:
         # An array missing from a damaged file reads as None, for ``check`` to name its place.
         present = collections.defaultdict(lambda: None, arrays)
-        return {
+        tree = {
             name: tree_codec.decode(node, present, lambda a: a)
             for name, node in skeleton[FIELDS].items()
         }
-    return older_states.read(skeleton, arrays, saved_part(fresh))
+    else:
+        tree = older_states.read(skeleton, arrays, saved_part(fresh))
+    return _integers_as(tree, saved_part(fresh))
+
+
+def _integers_as(saved, fresh):
+    """``saved`` with each integer array in the integer dtype of ``fresh``'s array at its place,
+    where its values fit. A counter's width follows JAX's 64-bit mode, which a float32 NumPyro
+    fit turns off inside its trace: checkpoints written before it did hold an int64 update count
+    where this run's is int32."""
+    if isinstance(saved, dict):
+        like = fresh if isinstance(fresh, dict) else {}
+        return {k: _integers_as(v, like.get(k)) for k, v in saved.items()}
+    if isinstance(saved, list | tuple):
+        like = fresh if isinstance(fresh, list | tuple) and len(fresh) == len(saved) else ()
+        return type(saved)(_integers_as(v, like[i] if like else None) for i, v in enumerate(saved))
+    if not (isinstance(saved, np.ndarray) and saved.dtype.kind in "iu"):
+        return saved
+    try:
+        dtype = np.dtype(fresh.dtype)  # a JAX or numpy array (a torch dtype is not numpy's)
+    except (AttributeError, TypeError):
+        return saved
+    if dtype.kind not in "iu" or dtype == saved.dtype:
+        return saved
+    narrowed = saved.astype(dtype)
+    return narrowed if np.array_equal(narrowed, saved) else saved
 
 
 def _places(tree, place: str, out: dict, empty: set) -> None:
