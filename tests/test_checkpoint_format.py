@@ -6,6 +6,7 @@ the objectives of the uninterrupted runs, all written by the code of that time
 objectives.
 """
 
+import importlib
 import json
 import shutil
 from pathlib import Path
@@ -37,8 +38,10 @@ def data():
     "name",
     [pytest.param(n, marks=pytest.mark.slow) if n == "svi_numpyro" else n for n in sorted(RUNS)],
 )
-def test_an_old_checkpoint_resumes_to_the_uninterrupted_run(tmp_path, data, name):
+def test_an_old_checkpoint_resumes_to_the_uninterrupted_run(tmp_path, data, name, monkeypatch):
     algorithm, backend, options = RUNS[name]
+    if algorithm == "svi":
+        _with_the_sticks_monte_carlo_term(monkeypatch, backend)
     path = tmp_path / f"{name}.zoo"
     shutil.copy(FILES / f"{name}.zoo", path)  # resuming writes to it
     assert inference.persistence.checkpoint.load(path)[0]["step"] == 3
@@ -48,6 +51,19 @@ def test_an_old_checkpoint_resumes_to_the_uninterrupted_run(tmp_path, data, name
     )  # fmt: skip
     expected = json.loads((FILES / "expected.json").read_text())[name]
     np.testing.assert_allclose(resumed.history["objective"], expected, rtol=1e-10)
+
+
+def _with_the_sticks_monte_carlo_term(monkeypatch, backend):
+    """The enumerated guide as it was when the files were written: its sticks' part of the ELBO
+    a Monte-Carlo term, where it now takes their KL in closed form (a step's objective differs by
+    under a nat here, its draws are the same). Compiled apart from the kept functions, which
+    are today's guide's."""
+    from inference.backends import numpyro_backend
+
+    twin = importlib.import_module(zoo.get_model("bayesian_gmm").backends[backend])
+    monkeypatch.setattr(twin, "_stick_kl_in_closed_form", lambda *args: None)
+    monkeypatch.setenv("ZOO_JAX_CACHE", "0")
+    monkeypatch.setattr(numpyro_backend, "_COMPILED", {})  # today's are back after the test
 
 
 def test_an_old_saved_fit_loads_and_evaluates(data):

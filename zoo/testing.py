@@ -631,7 +631,13 @@ def _check_guide_covers_model(spec, backend, guide, kind, model_sites, guide_sit
             "model. SVI needs a distribution over every latent variable: add a sample statement "
             f"with the same name to the guide, e.g. sample({missing[0]!r}, ...).{hint}"
         )
-    unknown = sorted(name for name in guide_sites if name not in model_sites)
+    # A guide's factor (an observed site: a term of the objective in closed form) stands for
+    # no model site.
+    unknown = sorted(
+        name
+        for name, (observed, *_) in guide_sites.items()
+        if name not in model_sites and not observed
+    )
     if unknown:
         raise ModelSpecError(
             f"Model {spec.name!r}: {where} samples site(s) {unknown} that the model does not "
