@@ -16,6 +16,7 @@ import pytest
 
 import inference
 import zoo
+from inference.backends import numpyro_backend
 
 FILES = Path(__file__).parent / "data" / "format_v1"
 # SVI's runs were written at the learning rate that was then its default (0.05): a checkpoint
@@ -58,8 +59,6 @@ def _with_the_sticks_monte_carlo_term(monkeypatch, backend):
     a Monte-Carlo term, where it now takes their KL in closed form (a step's objective differs by
     under a nat here, its draws are the same). Compiled apart from the kept functions, which
     are today's guide's."""
-    from inference.backends import numpyro_backend
-
     twin = importlib.import_module(zoo.get_model("bayesian_gmm").backends[backend])
     monkeypatch.setattr(twin, "_stick_kl_in_closed_form", lambda *args: None)
     monkeypatch.setenv("ZOO_JAX_CACHE", "0")

@@ -175,8 +175,8 @@ def test_an_older_float32_numpyro_checkpoint_with_an_int64_counter_resumes(tmp_p
     header, arrays = checkpoint.load(path)
     counters = [k for k, a in arrays.items() if a.dtype == np.int32]
     assert counters  # the update count
-    checkpoint.save(path, header, {k: a.astype(np.int64) if k in counters else a
-                                   for k, a in arrays.items()})  # fmt: skip
+    widened = {k: a.astype(np.int64) if k in counters else a for k, a in arrays.items()}
+    checkpoint.save(path, header, widened)
     resumed = _fit(x, "numpyro", path, num_steps=4, resume=True, dtype="float32")
     uninterrupted = _fit(x, "numpyro", None, num_steps=4, dtype="float32")
     np.testing.assert_array_equal(resumed.history["objective"], uninterrupted.history["objective"])
