@@ -23,6 +23,7 @@ from pyro.infer import (
 from inference import learning_rate
 from inference.backends.cuda_graph import GraphedUpdate
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
+from inference.backends.pyro_traced import TracedGraphs
 from inference.backends.sites import data_plate_log_prob
 from inference.backends.svi_setup import SVISetup
 from inference.backends.torch_compiled import CompiledUpdate
@@ -236,6 +237,7 @@ class SVIEngine:
             warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
         self.model, self.guide, self.elbo_name = model, guide, elbo
         self.jit, self.traced = jit, set()  # the (rows, number of inputs) graphs compiled
+        self.graphs = TracedGraphs(self.loss) if jit else None  # and called without Pyro's wrapper
         floats = [v.dtype for v in data.values() if v.is_floating_point()]
         self.dtype = floats[0] if floats else torch.get_default_dtype()
         self.keys = tuple(sorted(data))
@@ -355,14 +357,20 @@ class SVIEngine:
         time. Tracing apart, from a copy of the stream and with the gradients thrown away, leaves
         the fit's stream to its steps, so that ``jit=True`` draws what the uncompiled fit draws.
         """
+        key = (rows, len(inputs))
         with self._rng(), pyro.validation_enabled(False), self._as_eager():
-            self._loss_and_grads(inputs, rows)
+            self.graphs.trace(key, lambda: self._loss_and_grads(inputs, rows))
         self.optim.zero_grad(set_to_none=True)
-        self.traced.add((rows, len(inputs)))
+        self.traced.add(key)
 
     def _loss_and_grads(self, inputs, rows) -> float:
-        """The loss at the fit's random state, its gradients accumulated into the parameters."""
+        """The loss at the fit's random state, its gradients accumulated into the parameters;
+        compiled, from the graph of this minibatch size once it is traced."""
         self._set_rng(self.rng_state)
+        if self.graphs is not None:
+            loss = self.graphs.loss_and_grads((rows, len(inputs)), inputs)
+            if loss is not None:
+                return loss
         return self.loss.loss_and_grads(self.model_fn, self.guide_fn, *inputs, rows=rows)
 
     @contextlib.contextmanager
