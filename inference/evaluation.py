@@ -48,7 +48,9 @@ def _weight_function(spec, guide, back, config, device, dtype, config_key):
 
         if len(_WEIGHT_FUNCTIONS) > 16:
             _WEIGHT_FUNCTIONS.clear()
-        _WEIGHT_FUNCTIONS[key] = back.log_importance_weights_fn(model_and_guide, config, device)
+        _WEIGHT_FUNCTIONS[key] = back.log_importance_weights_fn(
+            model_and_guide, config, device, dtype
+        )
     return _WEIGHT_FUNCTIONS[key]
 
 

@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import inference
 import zoo
+from inference import evaluation
 from inference.backends.numpyro_backend import traced_in_precision
 from inference.learning_rate import parse
 from inference.registry import supporting
@@ -182,3 +183,27 @@ def test_a_float32_trace_makes_float32_where_nothing_says_a_dtype():
     assert (draw.dtype, eye.dtype, lr.dtype) == (np.float32,) * 3
     assert float(lr) == pytest.approx(0.01)
     assert (wide[0].dtype, wide[1].dtype) == (np.float64, np.float64)  # the process's mode
+
+
+@pytest.mark.parametrize("model", ["gmm", "vae"])
+def test_numpyro_importance_weights_of_a_float32_fit_make_no_float64_array(model):
+    """The held-out scores of a float32 fit (``evaluation.importance_statistics``) compute in
+    float32, as its steps do: the mixture's draws were float64."""
+    spec, data = _example(model)
+    fit = inference.fit(
+        model, data, "svi", "numpyro", num_steps=1, tol=0, dtype="float32", progress=False,
+        **spec.example_options,
+    )  # fmt: skip
+    scored = evaluation.fitted(fit)
+    back = inference.get_backend("numpyro")
+    device = back.resolve_device("cpu")
+    config = back.backend_config(scored.config, device, "float32")
+    weights = evaluation._weight_function(
+        spec, scored.guide, back, config, device, "float32", repr(scored.config)
+    )
+    rows = {k: back.asarray(v[:5], device, "float32") for k, v in data.items()}
+    params = back.as_params(scored.raw_params, device, "float32")
+    program = jax.make_jaxpr(weights.compiled, static_argnums=3)(
+        rows, params, jax.random.PRNGKey(0), 2
+    )
+    assert dict(_float64_arrays(program.jaxpr, collections.Counter())) == {}

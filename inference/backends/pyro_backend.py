@@ -474,10 +474,11 @@ def as_params(params: dict, device, dtype: str) -> dict:
     return params
 
 
-def log_importance_weights_fn(model_and_guide, config, device):
+def log_importance_weights_fn(model_and_guide, config, device, dtype: str):
     """A ``(data, params, seed, num_particles) -> (num_particles, N)`` function of
     ``log p(x_n, z_n) - log q(z_n | x_n)`` with ``z_n ~ q``, numpy; ``model_and_guide(params)``
-    builds the pair from named parameter arrays.
+    builds the pair from named parameter arrays. torch computes in the dtype of the parameters
+    and data it is given, which is ``dtype``.
 
     Particles are vectorised by a plate left of the model's ``data`` plate; parameters live in a
     scratch parameter store, so the user's store is left as it was.
