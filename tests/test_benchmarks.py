@@ -413,6 +413,14 @@ def test_op_counts_quick(tmp_path):
             for counted in ("host_reads", "host_arithmetic"):
                 assert row[counted] is None or row[counted] >= 0
     assert results["vae"]["plain PyTorch loop"]["x_baseline"] == 1.0
+    # A compiled mean-field step launches no more than the uncompiled one: its code is drawn
+    # with one operation, not from tensors of zeros and ones, and its particles are averaged
+    # without dividing one by 1 and adding it to 0.
+    vae = results["vae"]
+    assert (
+        vae['zoo Pyro, elbo="meanfield" (jit=True)']["operations"]
+        <= vae['zoo Pyro, elbo="meanfield"']["operations"]
+    )
     assert results["bam"]["bam_classifier, softmax"]["x_baseline"] == 1.0
     assert results["bam"]["bam_classifier, softmax (NumPyro, compiled)"]["x_baseline"] == 1.0
     # The multivariate digamma and log-gamma of a CAVI iteration are one operation over a (K, D)

@@ -359,3 +359,20 @@ def test_normal_draws_in_the_dtype_of_its_parameters():
     np.testing.assert_allclose(
         Normal(loc, scale).log_prob(draw), ndist.Normal(loc, scale).log_prob(draw), rtol=1e-6
     )
+
+
+def test_zoo_normal_draws_what_torch_draws_and_traces_to_one_random_operation():
+    """``zoo.torch_distributions.Normal`` (the VAE guide's): torch's draws, with one operation
+    in a ``torch.jit.trace`` where torch's traced draw fills tensors of zeros and ones."""
+    from zoo.torch_distributions import Normal
+
+    loc = torch.randn(5, 3, dtype=torch.float64)
+    scale = torch.rand(5, 3, dtype=torch.float64) + 0.5
+    torch.manual_seed(0)
+    ours = Normal(loc, scale).rsample((2,))
+    torch.manual_seed(0)
+    assert torch.equal(ours, torch.distributions.Normal(loc, scale).rsample((2,)))
+    graph = torch.jit.trace(lambda m, s: Normal(m, s).rsample(), (loc, scale)).graph
+    kinds = [node.kind() for node in graph.nodes()]
+    assert "aten::randn" in kinds
+    assert not {"aten::zeros", "aten::ones", "aten::normal"} & set(kinds)

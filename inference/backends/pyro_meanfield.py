@@ -14,6 +14,10 @@ checks need every log-density.
 
 from __future__ import annotations
 
+import weakref
+
+import pyro
+import pyro.ops.jit
 import torch
 from pyro import poutine
 from pyro.distributions.util import scale_and_mask
@@ -43,12 +47,15 @@ class _LazyScores:
         return prune_subsample_sites(model_trace), prune_subsample_sites(guide_trace)
 
     def _differentiable_loss_particle(self, model_trace, guide_trace):
-        elbo = 0.0
+        # The loss (the negative ELBO) is summed term by term from its first term: Pyro sums
+        # the ELBO from 0 and negates it at the end, which gives the same numbers (negation
+        # and rounding commute) with two more operations, each a kernel launch on a GPU.
+        loss = None
         for name, site in model_trace.nodes.items():
             if site["type"] != "sample":
                 continue
             if site["is_observed"]:
-                elbo = elbo + _log_prob_sum(model_trace, name)
+                loss = _minus(loss, _log_prob_sum(model_trace, name))
                 continue
             guide_site = guide_trace.nodes[name]
             if is_validation_enabled():
@@ -56,16 +63,25 @@ class _LazyScores:
             try:
                 kl = kl_divergence(guide_site["fn"], site["fn"])
             except NotImplementedError:  # no closed form: the single-draw estimate
-                elbo = elbo + _log_prob_sum(model_trace, name) - _log_prob_sum(guide_trace, name)
+                loss = _minus(loss, _log_prob_sum(model_trace, name))
+                loss = _plus(loss, _log_prob_sum(guide_trace, name))
                 continue
-            elbo = elbo - scale_and_mask(kl, guide_site["scale"], guide_site["mask"]).sum()
+            loss = _plus(loss, scale_and_mask(kl, guide_site["scale"], guide_site["mask"]).sum())
         for name, guide_site in guide_trace.nodes.items():  # auxiliary guide sites
             if guide_site["type"] == "sample" and name not in model_trace.nodes:
                 if is_validation_enabled():
                     check_fully_reparametrized(guide_site)
-                elbo = elbo - _log_prob_sum(guide_trace, name)
-        loss = elbo.detach() if torch._C._get_tracing_state() else torch_item(elbo)
-        return -loss, -elbo
+                loss = _plus(loss, _log_prob_sum(guide_trace, name))
+        value = loss.detach() if torch._C._get_tracing_state() else torch_item(loss)
+        return value, loss
+
+
+def _plus(total, term):
+    return term if total is None else total + term
+
+
+def _minus(total, term):
+    return -term if total is None else total - term
 
 
 class MeanFieldELBO(_LazyScores, TraceMeanField_ELBO):
@@ -79,15 +95,35 @@ class JitMeanFieldELBO(_LazyScores, JitTraceMeanField_ELBO):
     Pyro's ``differentiable_loss`` asks whether it has compiled under another attribute's name
     (``_loss_and_surrogate_loss``) than the one it sets (``_differentiable_loss``), so it builds
     and traces a new graph at every step: slower than not compiling, and drawing the model's
-    random numbers three times a step. Here the graph it built is kept and called again.
+    random numbers three times a step. Here the compiled function is built once per model and
+    guide and called again.
     """
 
     def differentiable_loss(self, model, guide, *args, **kwargs):
         compiled_for = (id(model), id(guide))
         if getattr(self, "_compiled_for", None) != compiled_for:
-            # Pyro builds a new compiled function closed over this model and guide.
-            loss = super().differentiable_loss(model, guide, *args, **kwargs)
+            self._differentiable_loss = self._compiled_loss(model, guide)
             self._compiled_for = compiled_for
-            return loss
         kwargs["_pyro_model_id"], kwargs["_pyro_guide_id"] = compiled_for
         return self._differentiable_loss(*args, **kwargs)
+
+    def _compiled_loss(self, model, guide):
+        """Pyro's compiled function of this model and guide's loss, whose particles are
+        averaged from the first (Pyro's adds each particle's loss to 0 after dividing it by the
+        number of particles, also when that is 1: two more operations, the same numbers)."""
+        weakself = weakref.ref(self)
+
+        @pyro.ops.jit.trace(ignore_warnings=self.ignore_jit_warnings, jit_options=self.jit_options)
+        def differentiable_loss(*args, **kwargs):
+            kwargs.pop("_pyro_model_id")  # in the keyword arguments, they key the graphs
+            kwargs.pop("_pyro_guide_id")
+            self = weakself()
+            loss = None
+            for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+                _, particle = self._differentiable_loss_particle(model_trace, guide_trace)
+                if self.num_particles > 1:
+                    particle = particle / self.num_particles
+                loss = _plus(loss, particle)
+            return loss
+
+        return differentiable_loss

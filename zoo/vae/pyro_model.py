@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from zoo.plates import pyro_data_plate as data_plate
+from zoo.torch_distributions import Normal
 from zoo.weights import torch_module
 
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "softplus": nn.functional.softplus}
@@ -96,6 +97,7 @@ def make_guide(name, config, init=None):
             nets["encoder"] = _network(Encoder, "encoder", config, init, x)
         loc, scale = pyro.module("encoder", nets["encoder"])(x)
         with data_plate(x.shape[0], num_data):
-            pyro.sample("z", dist.Normal(loc, scale).to_event(1))
+            # (the zoo's Normal: Pyro's, with a compiled draw of one operation)
+            pyro.sample("z", Normal(loc, scale).to_event(1))
 
     return guide
