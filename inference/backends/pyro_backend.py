@@ -236,8 +236,9 @@ class SVIEngine:
             # would reset Python's once-per-location registry and repeat the model's warnings.
             warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
         self.model, self.guide, self.elbo_name = model, guide, elbo
-        self.jit, self.traced = jit, set()  # the (rows, number of inputs) graphs compiled
-        self.graphs = TracedGraphs(self.loss) if jit else None  # and called without Pyro's wrapper
+        self.jit = jit
+        # The graphs compiled, by (rows, number of inputs), and called without Pyro's wrapper.
+        self.graphs = TracedGraphs(self.loss) if jit else None
         floats = [v.dtype for v in data.values() if v.is_floating_point()]
         self.dtype = floats[0] if floats else torch.get_default_dtype()
         self.keys = tuple(sorted(data))
@@ -334,7 +335,7 @@ class SVIEngine:
         temperature = self._temperature(temperature)
         data = self.batch(rows, data) if batch is None else batch
         inputs, rows = self._inputs(data, temperature), len(data[self.keys[0]])
-        if self.jit and (rows, len(inputs)) not in self.traced:
+        if self.jit and (rows, len(inputs)) not in self.graphs.traced:
             self._trace(inputs, rows)
         with self._rng(), pyro.validation_enabled(False), self._as_eager():
             loss = self._loss_and_grads(inputs, rows)
@@ -357,11 +358,9 @@ class SVIEngine:
         time. Tracing apart, from a copy of the stream and with the gradients thrown away, leaves
         the fit's stream to its steps, so that ``jit=True`` draws what the uncompiled fit draws.
         """
-        key = (rows, len(inputs))
         with self._rng(), pyro.validation_enabled(False), self._as_eager():
-            self.graphs.trace(key, lambda: self._loss_and_grads(inputs, rows))
+            self.graphs.trace((rows, len(inputs)), lambda: self._loss_and_grads(inputs, rows))
         self.optim.zero_grad(set_to_none=True)
-        self.traced.add(key)
 
     def _loss_and_grads(self, inputs, rows) -> float:
         """The loss at the fit's random state, its gradients accumulated into the parameters;

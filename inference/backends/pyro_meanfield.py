@@ -104,7 +104,6 @@ class JitMeanFieldELBO(_LazyScores, JitTraceMeanField_ELBO):
         if getattr(self, "_compiled_for", None) != compiled_for:
             self._differentiable_loss = self._compiled_loss(model, guide)
             self._compiled_for = compiled_for
-        kwargs["_pyro_model_id"], kwargs["_pyro_guide_id"] = compiled_for
         return self._differentiable_loss(*args, **kwargs)
 
     def _compiled_loss(self, model, guide):
@@ -115,8 +114,6 @@ class JitMeanFieldELBO(_LazyScores, JitTraceMeanField_ELBO):
 
         @pyro.ops.jit.trace(ignore_warnings=self.ignore_jit_warnings, jit_options=self.jit_options)
         def differentiable_loss(*args, **kwargs):
-            kwargs.pop("_pyro_model_id")  # in the keyword arguments, they key the graphs
-            kwargs.pop("_pyro_guide_id")
             self = weakself()
             loss = None
             for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):

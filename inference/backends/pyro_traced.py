@@ -26,6 +26,7 @@ class TracedGraphs:
 
     def __init__(self, elbo):
         self.elbo = elbo
+        self.traced = set()  # the keys traced, whether or not their graph is kept
         self.graphs = {}  # key -> (graph, its parameter tensors)
 
     def trace(self, key, loss_and_grads):
@@ -40,6 +41,7 @@ class TracedGraphs:
             store = pyro.get_param_store()
             params = tuple(store._params[name] for name in compiled._param_names)
             self.graphs[key] = (compiled.compiled[new[0]], params)
+        self.traced.add(key)
         return value
 
     def loss_and_grads(self, key, inputs) -> float | None:
