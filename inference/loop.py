@@ -361,6 +361,8 @@ def _meant_by_older_file(key, saved, header):
     options = saved.get("options", {})
     if key == "init":  # recorded among the options, arrays only as "array"
         return header.get(key) if options.get("init") == "array" else options.get("init")
+    if key == "guide_coordinates":  # the first revision, for a run with a guide (SVI)
+        return None if saved.get("guide") is None else 1
     if key == "processes":  # one, unless the run was data-parallel
         return header.get(key) if options.get("data_parallel") else 1
     if key == "validation_setup":
@@ -396,6 +398,7 @@ def restore(path, header, alg, state, validation=None):
         "algorithm",
         "backend",
         "guide",
+        "guide_coordinates",
         "seed",
         "data_fingerprint",
         "config_fingerprint",
@@ -405,6 +408,13 @@ def restore(path, header, alg, state, validation=None):
         "validation_setup",
     ):
         there = saved[key] if key in saved else _meant_by_older_file(key, saved, header)
+        if key == "guide_coordinates" and there != header.get(key):
+            raise checkpoint.CheckpointError(
+                f"Checkpoint {path!r} was written by another version of the zoo, whose guide "
+                f"of {header['model']!r} held its parameters in other coordinates "
+                f"(revision {there}, now {header.get(key)}); it cannot be resumed. Rerun the "
+                "fit without resume=True, or with a new checkpoint path."
+            )
         if there != header.get(key):
             raise checkpoint.CheckpointError(
                 f"Checkpoint {path!r} was written by another run; its {key} does not match "

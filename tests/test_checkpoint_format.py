@@ -6,6 +6,7 @@ the objectives of the uninterrupted runs, all written by the code of that time
 objectives.
 """
 
+import dataclasses
 import importlib
 import json
 import shutil
@@ -43,6 +44,7 @@ def test_an_old_checkpoint_resumes_to_the_uninterrupted_run(tmp_path, data, name
     algorithm, backend, options = RUNS[name]
     if algorithm == "svi":
         _with_the_sticks_monte_carlo_term(monkeypatch, backend)
+        _in_the_first_coordinates(monkeypatch, backend)
     path = tmp_path / f"{name}.zoo"
     shutil.copy(FILES / f"{name}.zoo", path)  # resuming writes to it
     assert inference.persistence.checkpoint.load(path)[0]["step"] == 3
@@ -63,6 +65,33 @@ def _with_the_sticks_monte_carlo_term(monkeypatch, backend):
     monkeypatch.setattr(twin, "_stick_kl_in_closed_form", lambda *args: None)
     monkeypatch.setenv("ZOO_JAX_CACHE", "0")
     monkeypatch.setattr(numpyro_backend, "_COMPILED", {})  # today's are back after the test
+
+
+def _in_the_first_coordinates(monkeypatch, backend):
+    """The guide's Cholesky factors in the coordinates the files were written in (their
+    off-diagonal entries as they are, where they are now relative to their row's diagonal),
+    declared as the model's first revision of its guide coordinates."""
+    twin = importlib.import_module(zoo.get_model("bayesian_gmm").backends[backend])
+    if backend == "pyro":
+        from pyro.distributions import constraints as first
+    else:
+        import zoo.distributions as first
+    monkeypatch.setattr(twin, "scale_free_lower_cholesky", first.lower_cholesky)
+    spec = dataclasses.replace(zoo.get_model("bayesian_gmm"), guide_coordinates=1)
+    monkeypatch.setitem(zoo._REGISTRY, "bayesian_gmm", spec)
+
+
+@pytest.mark.parametrize("name", ["svi_pyro", "svi_numpyro"])
+def test_an_old_svi_checkpoint_in_other_coordinates_is_refused(tmp_path, data, name):
+    algorithm, backend, options = RUNS[name]
+    path = tmp_path / f"{name}.zoo"
+    shutil.copy(FILES / f"{name}.zoo", path)
+    with pytest.raises(inference.CheckpointError, match="other coordinates .revision 1, now 2"):
+        inference.fit(
+            "bayesian_gmm", data, algorithm, backend, num_steps=6, checkpoint=path, resume=True,
+            K=2, tol=0.0, progress=False, seed=1, **options,
+        )  # fmt: skip
+    assert path.read_bytes() == (FILES / f"{name}.zoo").read_bytes()  # left as it was
 
 
 def test_an_old_saved_fit_loads_and_evaluates(data):

@@ -376,3 +376,64 @@ def test_zoo_normal_draws_what_torch_draws_and_traces_to_one_random_operation():
     kinds = [node.kind() for node in graph.nodes()]
     assert "aten::randn" in kinds
     assert not {"aten::zeros", "aten::ones", "aten::normal"} & set(kinds)
+
+
+def _scale_free_numbers(d, rng):
+    """The same unconstrained numbers in the torch twin's layout (a D x D matrix whose upper
+    triangle is ignored) and the NumPyro twin's (strictly lower entries row by row, then the
+    log-diagonal)."""
+    rows, cols = np.tril_indices(d, -1)
+    lower, log_diagonal = rng.normal(size=len(rows)), rng.normal(size=d)
+    matrix = np.triu(rng.normal(size=(d, d)), 1)  # ignored
+    matrix[rows, cols] = lower
+    matrix[np.arange(d), np.arange(d)] = log_diagonal
+    return matrix, np.concatenate([lower, log_diagonal])
+
+
+def test_scale_free_lower_cholesky_twins_make_the_same_factor_and_invert():
+    from numpyro.distributions.transforms import biject_to as numpyro_biject_to
+    from torch.distributions import transform_to
+
+    from zoo import distributions, torch_distributions
+
+    matrix, vector = _scale_free_numbers(4, np.random.default_rng(0))
+    torch_t = transform_to(torch_distributions.scale_free_lower_cholesky)
+    jax_t = numpyro_biject_to(distributions.scale_free_lower_cholesky)
+    factor = torch_t(torch.as_tensor(matrix)).numpy()
+    np.testing.assert_allclose(np.asarray(jax_t(jnp.asarray(vector))), factor, rtol=1e-14)
+    # L = diag(exp(s)) (I + u): each off-diagonal entry is relative to its row's diagonal.
+    diagonal = np.exp(np.diag(matrix))
+    np.testing.assert_allclose(np.diag(factor), diagonal, rtol=1e-14)
+    np.testing.assert_allclose(factor, np.tril(matrix, -1) * diagonal[:, None] + np.diag(diagonal))
+    inverse = torch_t.inv(torch.as_tensor(factor)).numpy()
+    np.testing.assert_allclose(inverse, np.tril(matrix), atol=1e-14)
+    np.testing.assert_allclose(np.asarray(jax_t.inv(jnp.asarray(factor))), vector, atol=1e-14)
+    # A float32 parameter stays float32 with JAX's 64-bit mode on.
+    assert jax_t(jnp.asarray(vector, jnp.float32)).dtype == jnp.float32
+
+
+def test_scale_free_lower_cholesky_log_det_jacobian_is_autograds():
+    from numpyro.distributions.transforms import biject_to as numpyro_biject_to
+    from torch.distributions import transform_to
+
+    from zoo import distributions, torch_distributions
+
+    d = 3
+    matrix, vector = _scale_free_numbers(d, np.random.default_rng(1))
+    torch_t = transform_to(torch_distributions.scale_free_lower_cholesky)
+    rows, cols = np.tril_indices(d)  # the free entries, diagonal included
+
+    def free_to_free(free):
+        x = torch.zeros(d, d, dtype=free.dtype).index_put(
+            (torch.tensor(rows), torch.tensor(cols)), free
+        )
+        return torch_t(x)[rows, cols]
+
+    free = torch.as_tensor(matrix[rows, cols])
+    jacobian = torch.autograd.functional.jacobian(free_to_free, free)
+    expected = torch.linalg.slogdet(jacobian).logabsdet
+    got = torch_t.log_abs_det_jacobian(torch.as_tensor(matrix), torch_t(torch.as_tensor(matrix)))
+    torch.testing.assert_close(got, expected)
+    jax_t = numpyro_biject_to(distributions.scale_free_lower_cholesky)
+    jax_got = jax_t.log_abs_det_jacobian(jnp.asarray(vector), jax_t(jnp.asarray(vector)))
+    np.testing.assert_allclose(float(jax_got), float(expected), rtol=1e-12)

@@ -301,6 +301,11 @@ class ModelSpec:
         so SVI can fit them with ``batch_size=``.
     tags : tuple of str
         Free-form labels such as ``"discrete-latent"`` or ``"conjugate"``.
+    guide_coordinates : int
+        Which revision of the coordinates SVI moves the guides' parameters in (their
+        unconstrained values, which a checkpoint holds): raise it when a twin changes a
+        parameter's constraint or its transform, so that resuming a checkpoint taken in the old
+        coordinates is refused rather than misread. Starts at 1.
 
     Other Parameters
     ----------------
@@ -375,6 +380,7 @@ class ModelSpec:
     minibatch: bool = False
     example_options: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = field(default_factory=tuple)
+    guide_coordinates: int = 1
     _: KW_ONLY
     guide_kinds: Mapping[str, GuideKind] = field(default_factory=dict)
     # The keywords of the previous revision, accepted for one release (__post_init__). An

@@ -92,6 +92,8 @@ def header(alg, state, problem, record: dict, *, guide, redrawn=(), validation=N
         "algorithm": alg.name,
         "backend": problem.backend.NAME,
         "guide": guide,
+        # What a checkpoint's unconstrained guide parameters mean (zoo.ModelSpec).
+        "guide_coordinates": None if guide is None else problem.spec.guide_coordinates,
         "seed": problem.seed,
         "init": init_record(problem.init),
         # Processes sharing each step draw their own particles for their rows (Pyro).

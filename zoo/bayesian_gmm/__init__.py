@@ -305,6 +305,8 @@ SPEC = ModelSpec(
     ),
     maximum_likelihood_twin="gmm",
     numerical_advice=MIXTURE_ADVICE,
+    # 2: the Cholesky factors' off-diagonal entries relative to their row's diagonal.
+    guide_coordinates=2,
     make_data=make_data,
     summarize=summarize,
     config_type=BayesianGMMConfig,

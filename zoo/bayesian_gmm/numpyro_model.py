@@ -17,8 +17,8 @@ from zoo.distributions import (
     GumbelSoftmax,
     StickBreakingCategorical,
     Wishart,
-    lower_cholesky,
     sampleable_concentration,
+    scale_free_lower_cholesky,
 )
 from zoo.plates import numpyro_data_plate as data_plate
 
@@ -107,7 +107,7 @@ def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False)
         alpha = param("weight_concentration", constraints.positive)
         numpyro.sample("weights", dist.Dirichlet(sampleable_concentration(alpha)))
     dof = param("dof", constraints.greater_than(d - 1.0))
-    scale_tril = param("scale_tril", lower_cholesky)
+    scale_tril = param("scale_tril", scale_free_lower_cholesky)
     means = param("mean_loc")
     with numpyro.plate("components", K):
         precisions = numpyro.sample(
@@ -120,7 +120,7 @@ def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False)
             )
         else:
             mean_dist = dist.MultivariateNormal(
-                means, scale_tril=param("mean_scale_tril", lower_cholesky)
+                means, scale_tril=param("mean_scale_tril", scale_free_lower_cholesky)
             )
         numpyro.sample("means", mean_dist)
     return params

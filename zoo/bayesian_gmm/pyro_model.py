@@ -12,7 +12,12 @@ from pyro.ops.indexing import Vindex
 
 from zoo.bayesian_gmm import GUMBEL_GUIDES
 from zoo.plates import pyro_data_plate as data_plate
-from zoo.torch_distributions import GumbelSoftmax, StickBreakingCategorical, Wishart
+from zoo.torch_distributions import (
+    GumbelSoftmax,
+    StickBreakingCategorical,
+    Wishart,
+    scale_free_lower_cholesky,
+)
 from zoo.weights import pyro_param_init
 
 
@@ -102,7 +107,7 @@ def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False)
     else:
         pyro.sample("weights", dist.Dirichlet(param("weight_concentration", constraints.positive)))
     dof = param("dof", constraints.greater_than(d - 1.0))
-    scale_tril = param("scale_tril", constraints.lower_cholesky)
+    scale_tril = param("scale_tril", scale_free_lower_cholesky)
     means = param("mean_loc")
     with components:
         precisions = pyro.sample("precisions", Wishart(dof, scale_tril=scale_tril))
@@ -113,7 +118,7 @@ def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False)
             )
         else:
             mean_dist = dist.MultivariateNormal(
-                means, scale_tril=param("mean_scale_tril", constraints.lower_cholesky)
+                means, scale_tril=param("mean_scale_tril", scale_free_lower_cholesky)
             )
         pyro.sample("means", mean_dist)
     return params
