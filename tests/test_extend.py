@@ -353,6 +353,16 @@ def test_twins_whose_sites_or_plates_differ_are_refused(monkeypatch, plugin, sli
     assert "mismatched" not in zoo.list_models()
 
 
+@pytest.mark.parametrize("coordinates", [0, "2", True])
+def test_a_spec_whose_guide_coordinates_are_not_a_revision_is_refused(coordinates):
+    spec = dataclasses.replace(
+        zoo.get_model("gmm"), name="gmm_coordinates", guide_coordinates=coordinates
+    )
+    with pytest.raises(ModelSpecError, match="guide_coordinates must be a positive int"):
+        zoo.register(spec)
+    assert "gmm_coordinates" not in zoo.list_models()
+
+
 def test_a_guide_that_misses_a_latent_site_is_refused(monkeypatch, plugin):
     def make_guide(name, config, init):
         def guide(data, config, temperature=None):  # forgot pyro.sample("coef", ...)

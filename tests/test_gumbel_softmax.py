@@ -131,11 +131,12 @@ def test_twins_estimate_the_same_elbo(gmm_data, guide):
 @pytest.mark.parametrize("guide", GUIDES)
 def test_a_short_fit_approaches_the_enumerated_guides_elbo(gmm_data, backend, guide):
     """Where the fit starts (one step) and after 300: the enumerated ELBO rises, towards the
-    enumerated guide's own fit of as many steps (on this seed NumPyro's ends 0.013 nats per point
-    short of it, Pyro's 0.056; NumPyro's fits at gmm_compare.py's size and 3,000 steps come
-    within 0.02, docs/models/bayesian_gmm.md)."""
+    enumerated guide's own fit of as many steps. From random responsibilities, so that there is
+    a way to rise: the default start (k-means, then one closed-form update) is already within
+    0.01 nats per point of where these 300 steps end. Measured on this seed: a rise of 0.76 to
+    0.80 nats per point, ending from 0.008 below to 0.035 above the enumerated guide's fit."""
     x = {"x": gmm_data[:200]}
-    fit = dict(algorithm="svi", backend=backend, K=4, progress=False, seed=0)
+    fit = dict(algorithm="svi", backend=backend, K=4, progress=False, seed=0, init="random")
 
     def elbo(guide, num_steps):
         res = inference.fit("bayesian_gmm", x, guide=guide, num_steps=num_steps, **fit)

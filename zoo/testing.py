@@ -276,6 +276,12 @@ def check_spec(spec: ModelSpec) -> None:
         )
     if not isinstance(spec.numerical_advice, str):
         problems.append("numerical_advice must be a string (a sentence of advice).")
+    coordinates = spec.guide_coordinates
+    if isinstance(coordinates, bool) or not isinstance(coordinates, int) or coordinates < 1:
+        problems.append(
+            "guide_coordinates must be a positive int (the revision of the guides' parameter "
+            f"coordinates, starting at 1); got {coordinates!r}."
+        )
     if not isinstance(spec.data, Mapping) or not spec.data:
         problems.append("data must map each data key to a zoo.DataField, e.g. {'x': DataField(2)}.")
     elif not all(isinstance(contract, DataField) for contract in spec.data.values()):
