@@ -738,9 +738,8 @@ class ScaleFreeLowerCholeskyTransform(LowerCholeskyTransform):
 
     def __call__(self, x):
         n = round((math.sqrt(1 + 8 * x.shape[-1]) - 1) / 2)
-        rows, cols = np.tril_indices(n, -1)
-        unit = jnp.zeros(x.shape[:-1] + (n, n), dtype=x.dtype).at[..., rows, cols].set(x[..., :-n])
-        return add_diag(unit, jnp.ones((), x.dtype)) * jnp.exp(x[..., -n:])[..., None]
+        unit = super().__call__(x.at[..., -n:].set(0))  # I + u: a log-diagonal of zeros
+        return unit * jnp.exp(x[..., -n:])[..., None]
 
     def _inverse(self, y):
         n = y.shape[-1]
