@@ -437,3 +437,25 @@ def test_scale_free_lower_cholesky_log_det_jacobian_is_autograds():
     jax_t = numpyro_biject_to(distributions.scale_free_lower_cholesky)
     jax_got = jax_t.log_abs_det_jacobian(jnp.asarray(vector), jax_t(jnp.asarray(vector)))
     np.testing.assert_allclose(float(jax_got), float(expected), rtol=1e-12)
+
+
+def test_scaled_real_twins_multiply_by_the_scale_and_invert():
+    from numpyro.distributions.transforms import biject_to as numpyro_biject_to
+    from torch.distributions import biject_to, transform_to
+
+    from zoo import distributions, torch_distributions
+
+    scale = np.array([0.25, 4.0, 1024.0])
+    x = np.random.default_rng(0).normal(size=(2, 3))
+    torch_t = transform_to(torch_distributions.scaled_real(torch.as_tensor(scale)))
+    assert type(biject_to(torch_distributions.scaled_real(torch.as_tensor(scale)))) is type(torch_t)
+    jax_t = numpyro_biject_to(distributions.scaled_real(scale))
+    # Powers of two: the parameter is the unconstrained value times the scale, exactly.
+    np.testing.assert_array_equal(torch_t(torch.as_tensor(x)).numpy(), x * scale)
+    np.testing.assert_array_equal(np.asarray(jax_t(jnp.asarray(x))), x * scale)
+    np.testing.assert_array_equal(torch_t.inv(torch.as_tensor(x * scale)).numpy(), x)
+    np.testing.assert_array_equal(np.asarray(jax_t.inv(jnp.asarray(x * scale))), x)
+    # A float32 parameter with a float32 scale stays float32 with JAX's 64-bit mode on.
+    jax_32 = numpyro_biject_to(distributions.scaled_real(scale.astype(np.float32)))
+    assert jax_32(jnp.asarray(x, jnp.float32)).dtype == jnp.float32
+    assert bool(distributions.scaled_real(scale)(jnp.asarray(x)).all())

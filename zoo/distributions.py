@@ -14,6 +14,7 @@
   float32 parameters float32 (:class:`LowerCholeskyTransform`, :class:`StickBreakingTransform`).
 * :data:`scale_free_lower_cholesky` -- lower-Cholesky factors whose off-diagonal entries are
   parameterised relative to their row's diagonal (:class:`ScaleFreeLowerCholeskyTransform`).
+* :func:`scaled_real` -- real parameters moved in units of a given scale, such as the data's.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from numpyro.distributions import CategoricalLogits, Distribution, constraints
 from numpyro.distributions import Normal as _NumPyroNormal
 from numpyro.distributions import Wishart as _NumPyroWishart
 from numpyro.distributions.kl import kl_divergence
+from numpyro.distributions.transforms import AffineTransform, biject_to
 from numpyro.distributions.transforms import LowerCholeskyTransform as _LowerCholeskyTransformBase
 from numpyro.distributions.transforms import StickBreakingTransform as _StickBreakingTransformBase
-from numpyro.distributions.transforms import biject_to
 from numpyro.distributions.util import add_diag, clamp_probs, lazy_property, validate_sample
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "lower_cholesky",
     "sampleable_concentration",
     "scale_free_lower_cholesky",
+    "scaled_real",
     "simplex",
     "stick_breaking_log_weights",
 ]
@@ -760,6 +762,60 @@ class ScaleFreeLowerCholeskyTransform(LowerCholeskyTransform):
 scale_free_lower_cholesky = _ScaleFreeLowerCholesky()
 ScaleFreeLowerCholeskyTransform.codomain = scale_free_lower_cholesky
 biject_to.register(_ScaleFreeLowerCholesky, lambda constraint: ScaleFreeLowerCholeskyTransform())
+
+
+class _ScaledReal(constraints.Constraint):
+    """Real numbers, reached from ``x`` as ``scale * x`` (:func:`scaled_real`). NumPyro's
+    ``real`` is a singleton that takes no arguments, so this checks values as it does."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, x):
+        return constraints.real(x)
+
+    def feasible_like(self, prototype):
+        return constraints.real.feasible_like(prototype)
+
+    def tree_flatten(self):
+        return (self.scale,), (("scale",), dict())
+
+
+def scaled_real(scale):
+    """``constraints.real`` in units of ``scale``: an optimiser moves ``x``, and the parameter
+    is ``scale * x`` (broadcast), so that Adam's steps, a fixed size in ``x``, are a fixed
+    fraction of ``scale``.
+
+    Give it the data's scale for a parameter in the data's units, such as a mixture's means,
+    as a NumPy array in the parameter's dtype (a constant of the compiled step, not one of its
+    arguments: NumPyro's ``SVI`` keeps the transforms it made when it started). The twin of
+    :func:`zoo.torch_distributions.scaled_real`.
+
+    Parameters
+    ----------
+    scale : numpy.ndarray
+        The unit of each entry, broadcast against the parameter (e.g. ``(D,)`` for ``(K, D)``
+        means), positive, in the parameter's dtype.
+
+    Returns
+    -------
+    Constraint
+        ``real``, mapped to ``AffineTransform(0, scale)`` by ``biject_to``.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from numpyro.distributions.transforms import biject_to
+    >>> t = biject_to(scaled_real(np.array([0.5, 4.0], dtype=np.float32)))
+    >>> y = t(jnp.array([[1.0, 1.0], [2.0, -1.0]], dtype=jnp.float32))
+    >>> y.dtype, y.tolist()
+    (dtype('float32'), [[0.5, 4.0], [1.0, -4.0]])
+    """
+    return _ScaledReal(scale)
+
+
+biject_to.register(_ScaledReal, lambda constraint: AffineTransform(0.0, constraint.scale))
 
 
 class _Simplex(constraints._Simplex):

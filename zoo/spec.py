@@ -302,8 +302,9 @@ class ModelSpec:
     tags : tuple of str
         Free-form labels such as ``"discrete-latent"`` or ``"conjugate"``.
     guide_coordinates : int
-        Which revision of the coordinates SVI moves the guides' parameters in (their
-        unconstrained values, which a checkpoint holds): raise it when a twin changes a
+        Which revision of the coordinates SVI moves the parameters in (the guides', and the
+        model's own ``param`` sites; their unconstrained values, which a checkpoint holds):
+        raise it when a twin changes a
         parameter's constraint or its transform, so that resuming a checkpoint taken in the old
         coordinates is refused rather than misread. Starts at 1.
 
@@ -341,7 +342,7 @@ class ModelSpec:
     >>> {key: value.shape for key, value in data.items()}
     {'x': (5, 2)}
     >>> spec.prepare(data, K=2)
-    GMMConfig(K=2, dim=2, reg_covar=1e-06)
+    GMMConfig(K=2, dim=2, reg_covar=1e-06, units=(2.0, 2.0))
 
     A spec of one's own is a ``ModelSpec`` naming its twins by module path (a
     copy of the built-in one here); :func:`zoo.register` checks it and adds it to the registry:

@@ -28,6 +28,21 @@ class GMMConfig:
     K: int
     dim: int
     reg_covar: float = 1e-6
+    # Powers of two near each column's standard deviation: the units SVI moves the means in.
+    # Empty in fits saved before they were recorded (unit scale).
+    units: tuple[float, ...] = ()
+
+
+def data_units(x) -> tuple[float, ...]:
+    """The power of two nearest each column's standard deviation (1 for a constant column).
+
+    SVI moves the means in these units, so its steps do not depend on the data's: Adam's steps
+    are a fixed size in the coordinates it moves. Powers of two, so that rescaling is exact
+    in floating point and data of similar scale share one compiled step.
+    """
+    sd = np.std(np.asarray(x, dtype=np.float64), axis=0)
+    sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
+    return tuple(float(2.0**e) for e in np.round(np.log2(sd)))
 
 
 def prepare(data, K: int = 10, reg_covar: float = 1e-6) -> GMMConfig:
@@ -49,7 +64,7 @@ def prepare(data, K: int = 10, reg_covar: float = 1e-6) -> GMMConfig:
     K = check_components(K, n)
     check_squares(data["x"], "in the k-means start and in every update")
     reg_covar = check_float("reg_covar", reg_covar, 0.0, low_closed=True)
-    return GMMConfig(K=K, dim=d, reg_covar=reg_covar)
+    return GMMConfig(K=K, dim=d, reg_covar=reg_covar, units=data_units(data["x"]))
 
 
 def summarize(params: dict, config: GMMConfig) -> dict:
@@ -88,5 +103,8 @@ SPEC = ModelSpec(
     log_likelihood=posterior.log_likelihood,
     check_data=check_dim,
     example_options={"K": 3},
+    # 2: the means in the data's units and the factors scale-free (SVI's steps in coordinates
+    # that do not depend on the data's scale).
+    guide_coordinates=2,
     tags=("discrete-latent", "maximum-likelihood", "mixture"),
 )

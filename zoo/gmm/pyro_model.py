@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+
 import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
+from zoo.torch_distributions import scale_free_lower_cholesky, scaled_real
 from zoo.weights import pyro_param_init
+
+
+@functools.lru_cache(maxsize=16)
+def _units(units: tuple, d: int, dtype, device) -> torch.Tensor:
+    """The data's units as a tensor, made once per fit set-up rather than at every step (on a
+    GPU, a copy from the host each time)."""
+    return torch.tensor(units or (1.0,) * d, dtype=dtype, device=device)
 
 
 def model(data, config, temperature=None, init=None):
@@ -23,9 +33,13 @@ def model(data, config, temperature=None, init=None):
 
     K, d = config.K, config.dim
     weights = param("weights", torch.full((K,), 1.0 / K, **like), constraints.simplex)
-    means = param("means", x[:K].clone(), constraints.real)
+    # Adam's steps are a fixed size in the unconstrained coordinates: the means move in units
+    # of the data's (config.units, powers of two near each column's standard deviation) and
+    # each Cholesky factor's entries relative to its diagonal, so that a fit of data measured
+    # in thousandths or in thousands takes the same steps as one of unit-scale data.
+    means = param("means", x[:K].clone(), scaled_real(_units(config.units, d, x.dtype, x.device)))
     scale_tril = param(
-        "scale_tril", torch.eye(d, **like).expand(K, d, d), constraints.lower_cholesky
+        "scale_tril", torch.eye(d, **like).expand(K, d, d), scale_free_lower_cholesky
     )
     with pyro.plate("data", x.shape[0]):
         z = pyro.sample("z", dist.Categorical(probs=weights))
