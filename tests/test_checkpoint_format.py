@@ -68,15 +68,20 @@ def _with_the_sticks_monte_carlo_term(monkeypatch, backend):
 
 
 def _in_the_first_coordinates(monkeypatch, backend):
-    """The guide's Cholesky factors in the coordinates the files were written in (their
-    off-diagonal entries as they are, where they are now relative to their row's diagonal),
-    declared as the model's first revision of its guide coordinates."""
+    """The guide's parameters in the coordinates the files were written in (the Cholesky
+    factors' off-diagonal entries as they are, where they are now relative to their row's
+    diagonal; the means' locations in the data's own units, where they are now in units of each
+    column's spread), declared as the model's first revision of its guide coordinates."""
     twin = importlib.import_module(zoo.get_model("bayesian_gmm").backends[backend])
     if backend == "pyro":
         from pyro.distributions import constraints as first
+        from pyro.distributions.constraints import real
     else:
+        from numpyro.distributions.constraints import real
+
         import zoo.distributions as first
     monkeypatch.setattr(twin, "scale_free_lower_cholesky", first.lower_cholesky)
+    monkeypatch.setattr(twin, "means_constraint", lambda config, x: real)
     spec = dataclasses.replace(zoo.get_model("bayesian_gmm"), guide_coordinates=1)
     monkeypatch.setitem(zoo._REGISTRY, "bayesian_gmm", spec)
 
@@ -86,7 +91,7 @@ def test_an_old_svi_checkpoint_in_other_coordinates_is_refused(tmp_path, data, n
     algorithm, backend, options = RUNS[name]
     path = tmp_path / f"{name}.zoo"
     shutil.copy(FILES / f"{name}.zoo", path)
-    with pytest.raises(inference.CheckpointError, match="other coordinates .revision 1, now 2"):
+    with pytest.raises(inference.CheckpointError, match="other coordinates .revision 1, now 3"):
         inference.fit(
             "bayesian_gmm", data, algorithm, backend, num_steps=6, checkpoint=path, resume=True,
             K=2, tol=0.0, progress=False, seed=1, **options,

@@ -16,6 +16,12 @@ from zoo.updates import ClosedFormUpdates
 
 BACKENDS = ("pyro", "numpyro")
 
+#: The metadata key of a model config's field computed from the data alone
+#: (``dataclasses.field(..., metadata={FROM_DATA: True})``): a checkpoint fingerprints the data
+#: already, so its config fingerprint leaves such a field out, and adding one does not refuse
+#: the checkpoints written before it.
+FROM_DATA = "from_data"
+
 
 class ModelSpecError(ValueError):
     """A model breaks the zoo's contract; raised when it is registered (or first fetched, for a
@@ -255,7 +261,10 @@ class ModelSpec:
         ``summarize(raw_params, config) -> dict``: user-facing parameters (numpy) from raw guide or
         closed-form parameters.
     config_type : type, optional
-        The class ``prepare`` returns; rebuilds a saved fit's config.
+        The class ``prepare`` returns; rebuilds a saved fit's config. A checkpoint fingerprints
+        the config, but for fields whose metadata holds ``FROM_DATA`` (computed from the data
+        alone, which it fingerprints already): such a field can be added to a config without
+        refusing the checkpoints written before it.
     sample_posterior : callable, optional
         ``sample_posterior(raw_params, config, family, rng, num_samples) -> dict``: draws of the
         global latents from a fitted posterior (numpy).

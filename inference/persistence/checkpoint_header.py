@@ -17,16 +17,19 @@ import numpy as np
 
 from inference import streaming
 from inference.algorithm import run_record, state_fact
+from zoo.spec import FROM_DATA
 
 
 def config_arrays(config) -> dict:
     """The model config as named arrays, for a fingerprint (a checkpoint of another
-    architecture or other priors is refused on resume)."""
+    architecture or other priors is refused on resume). Fields computed from the data alone
+    (``zoo.spec.FROM_DATA``) are left out: the data's fingerprint covers them."""
     return {
         f.name: np.asarray(getattr(config, f.name), dtype=object).astype(str)
         if not isinstance(getattr(config, f.name), np.ndarray)
         else getattr(config, f.name)
         for f in dataclasses.fields(config)
+        if not f.metadata.get(FROM_DATA)
     }
 
 

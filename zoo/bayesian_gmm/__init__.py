@@ -21,13 +21,13 @@ Sites: ``weights`` (Dirichlet) or ``sticks`` (stick-breaking), ``precisions``, `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from zoo.bayesian_gmm import posterior
 from zoo.options import as_float, check_array, check_choice, check_float
-from zoo.spec import DataField, GuideKind, ModelSpec
+from zoo.spec import FROM_DATA, DataField, GuideKind, ModelSpec
 from zoo.updates import ClosedFormUpdates
 
 #: What to try when a mixture's fit turns non-finite: a component's covariance went singular.
@@ -56,6 +56,9 @@ class BayesianGMMConfig:
     degrees_of_freedom_prior: float
     covariance_prior: np.ndarray  # (D, D), the inverse of the Wishart scale W0
     reg_covar: float = 0.0
+    # Powers of two near each column's standard deviation (data_units): the units SVI moves the
+    # guides' means in. Empty in fits saved before they were recorded (unit scale).
+    units: tuple[float, ...] = field(default=(), metadata={FROM_DATA: True})
 
     @property
     def dim(self) -> int:
@@ -98,6 +101,18 @@ def check_squares(x, where: str) -> None:
             f"data['x'] holds values up to {largest:.3g}, whose squares overflow float64 "
             f"({where}); rescale the data, e.g. standardise each column."
         )
+
+
+def data_units(x) -> tuple[float, ...]:
+    """The power of two nearest each column's standard deviation (1 for a constant column).
+
+    SVI moves a mixture's means in these units, so its steps do not depend on the data's: Adam's steps
+    are a fixed size in the coordinates it moves. Powers of two, so that rescaling is exact
+    in floating point and data of similar scale share one compiled step.
+    """
+    sd = np.std(np.asarray(x, dtype=np.float64), axis=0)
+    sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
+    return tuple(float(2.0**e) for e in np.round(np.log2(sd)))
 
 
 def _check_default_covariance(x, cov) -> None:
@@ -230,6 +245,7 @@ def prepare(
         degrees_of_freedom_prior=nu0,
         covariance_prior=cov0.astype(float),
         reg_covar=float(reg_covar),
+        units=data_units(x),
     )
 
 
@@ -305,8 +321,9 @@ SPEC = ModelSpec(
     ),
     maximum_likelihood_twin="gmm",
     numerical_advice=MIXTURE_ADVICE,
-    # 2: the Cholesky factors' off-diagonal entries relative to their row's diagonal.
-    guide_coordinates=2,
+    # 2: the Cholesky factors' off-diagonal entries relative to their row's diagonal;
+    # 3: the means' locations in the data's units (config.units).
+    guide_coordinates=3,
     make_data=make_data,
     summarize=summarize,
     config_type=BayesianGMMConfig,

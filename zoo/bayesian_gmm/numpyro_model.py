@@ -6,6 +6,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import digamma
@@ -19,6 +20,7 @@ from zoo.distributions import (
     Wishart,
     sampleable_concentration,
     scale_free_lower_cholesky,
+    scaled_real,
 )
 from zoo.plates import numpyro_data_plate as data_plate
 
@@ -82,6 +84,14 @@ def model(data, config, temperature=None, init=None, num_data=None):
             numpyro.factor("x", (z * component_lp).sum(-1))
 
 
+def means_constraint(config, x):
+    """The means' constraint: real, moved in the data's units (``config.units``, powers of two
+    near each column's standard deviation; unit scale when empty). A NumPy constant, not an
+    argument of the compiled step: NumPyro's SVI keeps the transforms it made at its start.
+    Shared with the maximum-likelihood mixture's twin."""
+    return scaled_real(np.asarray(config.units or (1.0,) * config.dim, dtype=x.dtype))
+
+
 def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False):
     """q(weights or sticks), q(precisions), q(means): shared by every guide. Returns their
     parameters (constrained) by name. With ``stick_kl_in_closed_form``, the sticks' part of the
@@ -108,7 +118,7 @@ def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False)
         numpyro.sample("weights", dist.Dirichlet(sampleable_concentration(alpha)))
     dof = param("dof", constraints.greater_than(d - 1.0))
     scale_tril = param("scale_tril", scale_free_lower_cholesky)
-    means = param("mean_loc")
+    means = param("mean_loc", means_constraint(config, x))
     with numpyro.plate("components", K):
         precisions = numpyro.sample(
             "precisions", Wishart(sampleable_concentration(dof), scale_tril=scale_tril)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pyro
@@ -17,6 +18,7 @@ from zoo.torch_distributions import (
     StickBreakingCategorical,
     Wishart,
     scale_free_lower_cholesky,
+    scaled_real,
 )
 from zoo.weights import pyro_param_init
 
@@ -82,6 +84,20 @@ def model(data, config, temperature=None, init=None, num_data=None):
             pyro.factor("x", (z * component_lp).sum(-1))
 
 
+def means_constraint(config, x):
+    """The means' constraint: real, moved in the data's units (``config.units``, powers of two
+    near each column's standard deviation; unit scale when empty), so that Adam's steps are a
+    fixed fraction of the data's spread whatever its units. Shared with the
+    maximum-likelihood mixture's twin."""
+    return scaled_real(_units_tensor(config.units or (1.0,) * config.dim, x.dtype, x.device))
+
+
+@functools.lru_cache(maxsize=16)
+def _units_tensor(units: tuple, dtype, device) -> torch.Tensor:
+    # Made once per set-up, not at every step (on a GPU, a copy from the host each time).
+    return torch.tensor(units, dtype=dtype, device=device)
+
+
 def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False):
     """q(weights or sticks), q(precisions), q(means): shared by every guide. Returns their
     parameters (constrained) by name. With ``stick_kl_in_closed_form``, the sticks' part of the
@@ -108,7 +124,7 @@ def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False)
         pyro.sample("weights", dist.Dirichlet(param("weight_concentration", constraints.positive)))
     dof = param("dof", constraints.greater_than(d - 1.0))
     scale_tril = param("scale_tril", scale_free_lower_cholesky)
-    means = param("mean_loc")
+    means = param("mean_loc", means_constraint(config, x))
     with components:
         precisions = pyro.sample("precisions", Wishart(dof, scale_tril=scale_tril))
         if mean_family == "conditional":  # the CAVI family: mu_k | Lambda_k

@@ -12,14 +12,20 @@ plate ``data``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from zoo.bayesian_gmm import MIXTURE_ADVICE, check_components, check_dim, check_squares
+from zoo.bayesian_gmm import (
+    MIXTURE_ADVICE,
+    check_components,
+    check_dim,
+    check_squares,
+    data_units,
+)
 from zoo.gmm import posterior
 from zoo.options import check_float
-from zoo.spec import DataField, GuideKind, ModelSpec
+from zoo.spec import FROM_DATA, DataField, GuideKind, ModelSpec
 from zoo.updates import ClosedFormUpdates
 
 
@@ -30,19 +36,7 @@ class GMMConfig:
     reg_covar: float = 1e-6
     # Powers of two near each column's standard deviation: the units SVI moves the means in.
     # Empty in fits saved before they were recorded (unit scale).
-    units: tuple[float, ...] = ()
-
-
-def data_units(x) -> tuple[float, ...]:
-    """The power of two nearest each column's standard deviation (1 for a constant column).
-
-    SVI moves the means in these units, so its steps do not depend on the data's: Adam's steps
-    are a fixed size in the coordinates it moves. Powers of two, so that rescaling is exact
-    in floating point and data of similar scale share one compiled step.
-    """
-    sd = np.std(np.asarray(x, dtype=np.float64), axis=0)
-    sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
-    return tuple(float(2.0**e) for e in np.round(np.log2(sd)))
+    units: tuple[float, ...] = field(default=(), metadata={FROM_DATA: True})
 
 
 def prepare(data, K: int = 10, reg_covar: float = 1e-6) -> GMMConfig:

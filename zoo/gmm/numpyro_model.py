@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.ops.indexing import Vindex
 
-from zoo.distributions import scale_free_lower_cholesky, scaled_real, simplex
+from zoo.bayesian_gmm.numpyro_model import means_constraint
+from zoo.distributions import scale_free_lower_cholesky, simplex
 
 
 def model(data, config, temperature=None, init=None):
@@ -22,10 +22,8 @@ def model(data, config, temperature=None, init=None):
 
     K, d = config.K, config.dim
     weights = param("weights", jnp.full((K,), 1.0 / K, dtype=x.dtype), simplex)
-    # Both in coordinates that do not depend on the data's units (see pyro_model.py); the
-    # scale is a NumPy constant, so the compiled step does not take it as an argument.
-    units = np.asarray(config.units or (1.0,) * d, dtype=x.dtype)
-    means = param("means", x[:K], scaled_real(units))
+    # Both in coordinates that do not depend on the data's units (see pyro_model.py).
+    means = param("means", x[:K], means_constraint(config, x))
     scale_tril = param(
         "scale_tril",
         jnp.broadcast_to(jnp.eye(d, dtype=x.dtype), (K, d, d)),

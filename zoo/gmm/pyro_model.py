@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-
 import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
-from zoo.torch_distributions import scale_free_lower_cholesky, scaled_real
+from zoo.bayesian_gmm.pyro_model import means_constraint
+from zoo.torch_distributions import scale_free_lower_cholesky
 from zoo.weights import pyro_param_init
-
-
-@functools.lru_cache(maxsize=16)
-def _units(units: tuple, d: int, dtype, device) -> torch.Tensor:
-    """The data's units as a tensor, made once per fit set-up rather than at every step (on a
-    GPU, a copy from the host each time)."""
-    return torch.tensor(units or (1.0,) * d, dtype=dtype, device=device)
 
 
 def model(data, config, temperature=None, init=None):
@@ -37,7 +29,7 @@ def model(data, config, temperature=None, init=None):
     # of the data's (config.units, powers of two near each column's standard deviation) and
     # each Cholesky factor's entries relative to its diagonal, so that a fit of data measured
     # in thousandths or in thousands takes the same steps as one of unit-scale data.
-    means = param("means", x[:K].clone(), scaled_real(_units(config.units, d, x.dtype, x.device)))
+    means = param("means", x[:K].clone(), means_constraint(config, x))
     scale_tril = param(
         "scale_tril", torch.eye(d, **like).expand(K, d, d), scale_free_lower_cholesky
     )
