@@ -106,9 +106,9 @@ def check_squares(x, where: str) -> None:
 def data_units(x) -> tuple[float, ...]:
     """The power of two nearest each column's standard deviation (1 for a constant column).
 
-    SVI moves a mixture's means in these units, so its steps do not depend on the data's: Adam's steps
-    are a fixed size in the coordinates it moves. Powers of two, so that rescaling is exact
-    in floating point and data of similar scale share one compiled step.
+    SVI moves a mixture's means in these units, so that its steps do not depend on the data's:
+    Adam's steps are a fixed size in the coordinates it moves. Powers of two, so that rescaling
+    is exact in floating point and data of similar scale share one compiled step.
     """
     sd = np.std(np.asarray(x, dtype=np.float64), axis=0)
     sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
