@@ -459,3 +459,14 @@ def test_scaled_real_twins_multiply_by_the_scale_and_invert():
     jax_32 = numpyro_biject_to(distributions.scaled_real(scale.astype(np.float32)))
     assert jax_32(jnp.asarray(x, jnp.float32)).dtype == jnp.float32
     assert bool(distributions.scaled_real(scale)(jnp.asarray(x)).all())
+
+
+@pytest.mark.parametrize("scale", [[1.0, 0.0], [1.0, -2.0], [float("nan"), 1.0], [np.inf, 1.0]])
+def test_scaled_real_refuses_a_scale_that_is_not_positive_and_finite(scale):
+    from zoo import distributions, torch_distributions
+
+    match = "scale must be positive and finite"
+    with pytest.raises(ValueError, match=match):
+        torch_distributions.scaled_real(torch.tensor(scale))
+    with pytest.raises(ValueError, match=match):
+        distributions.scaled_real(np.array(scale))

@@ -812,6 +812,11 @@ def scaled_real(scale):
     >>> y.dtype, y.tolist()
     (dtype('float32'), [[0.5, 4.0], [1.0, -4.0]])
     """
+    values = np.asarray(scale)
+    if not (np.all(np.isfinite(values)) and np.all(values > 0)):
+        raise ValueError(
+            f"scaled_real's scale must be positive and finite in every entry; got {values.tolist()}."
+        )
     return _ScaledReal(scale)
 
 

@@ -313,9 +313,8 @@ class ModelSpec:
     guide_coordinates : int
         Which revision of the coordinates SVI moves the parameters in (the guides', and the
         model's own ``param`` sites; their unconstrained values, which a checkpoint holds):
-        raise it when a twin changes a
-        parameter's constraint or its transform, so that resuming a checkpoint taken in the old
-        coordinates is refused rather than misread. Starts at 1.
+        raise it when a twin changes a parameter's constraint or its transform, so that resuming
+        a checkpoint taken in the old coordinates is refused rather than misread. Starts at 1.
 
     Other Parameters
     ----------------

@@ -319,6 +319,12 @@ def scaled_real(scale: torch.Tensor):
     tensor([[ 0.5000,  4.0000],
             [ 1.0000, -4.0000]])
     """
+    # Under torch.jit.trace a tensor's truth value cannot be read: a scale made inside a trace
+    # is not checked.
+    if not torch.jit.is_tracing() and not bool(((scale > 0) & torch.isfinite(scale)).all()):
+        raise ValueError(
+            f"scaled_real's scale must be positive and finite in every entry; got {scale.tolist()}."
+        )
     return _ScaledReal(scale)
 
 

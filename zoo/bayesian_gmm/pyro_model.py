@@ -89,13 +89,14 @@ def means_constraint(config, x):
     near each column's standard deviation; unit scale when empty), so that Adam's steps are a
     fixed fraction of the data's spread whatever its units. Shared with the
     maximum-likelihood mixture's twin."""
-    return scaled_real(_units_tensor(config.units or (1.0,) * config.dim, x.dtype, x.device))
+    return _units_constraint(config.units or (1.0,) * config.dim, x.dtype, x.device)
 
 
 @functools.lru_cache(maxsize=16)
-def _units_tensor(units: tuple, dtype, device) -> torch.Tensor:
-    # Made once per set-up, not at every step (on a GPU, a copy from the host each time).
-    return torch.tensor(units, dtype=dtype, device=device)
+def _units_constraint(units: tuple, dtype, device):
+    # Made and checked once per set-up, not at every step (on a GPU, each would copy the units
+    # from the host and read their check back).
+    return scaled_real(torch.tensor(units, dtype=dtype, device=device))
 
 
 def _global_factors(config, init, x, mean_family, stick_kl_in_closed_form=False):
