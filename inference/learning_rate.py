@@ -6,6 +6,14 @@ index the stages by the number of updates Adam has applied (a step skipped for a
 does not count), and that count is part of the optimiser's state, so a resumed run continues the
 schedule where it stopped. NumPyro reads the staged rates in float32 (a float64 rate would turn
 float32 parameters float64); a single float ``lr`` is used as given.
+
+Adam starts afresh at each stage: its moment estimates and their bias correction restart with
+the stage's first update, on both backends. Adam's second moment remembers the squared gradients
+of about its last thousand updates (``beta2 = 0.999``). A guide that starts far wider than the
+posterior sees gradients thousands of times larger at first than near the optimum, and their
+memory shrinks Adam's later steps for tens of thousands of updates; a fresh estimate at each
+stage measures that stage's gradients alone (``docs/algorithms/svi.md`` gives the fits it
+changed).
 """
 
 from __future__ import annotations
@@ -26,6 +34,11 @@ class Stages:
         """The rate of the update that follows ``updates`` applied updates."""
         return self.values[min(bisect.bisect_right(self.ends, updates), len(self.values) - 1)]
 
+    def restarts_at(self, updates: int) -> bool:
+        """Whether the update that follows ``updates`` applied updates is the first of a stage
+        after the first: Adam's moments start afresh there."""
+        return updates in self.ends[:-1]
+
     def pairs(self) -> list[list]:
         """The stages as ``[[num_steps, lr], ...]`` (how fits record them, as JSON)."""
         starts = (0, *self.ends[:-1])
@@ -45,6 +58,16 @@ class Stages:
             return values[jnp.minimum(stage, len(self.values) - 1)]
 
         return rate
+
+    def jax_stage_start(self, updates):
+        """The update count at which the stage of the update that follows ``updates`` applied
+        updates began (0 in the first stage), for a traced count."""
+        import jax.numpy as jnp
+
+        starts = jnp.asarray((0, *self.ends[:-1]), dtype=jnp.result_type(updates))
+        ends = jnp.asarray(self.ends, dtype=jnp.result_type(updates))
+        stage = jnp.searchsorted(ends, updates, side="right")
+        return starts[jnp.minimum(stage, len(self.values) - 1)]
 
 
 def last_stage_start(lr) -> int:

@@ -94,6 +94,20 @@ def test_svi_natural_vs_cavi_quick(tmp_path):
     assert math.isfinite(report["svi_natural"]["heldout_per_point"])
 
 
+def test_svi_large_n_quick(tmp_path, regression_spec):
+    # The fixture registers the example plugin for this module and forgets it after; the
+    # benchmark finds it registered and does not register it for the tests that follow.
+    results = run_benchmark("svi_large_n", ["--quick", "--json", str(tmp_path / "large.json")])
+    assert [(r["backend"], r["rows"], r["steps"]) for r in results] == [
+        ("pyro", 5_000, 200),
+        ("numpyro", 5_000, 200),
+    ]
+    for row in results:
+        assert len(row["sd_ratio"]) == len(row["mean_error_sds"]) == 3
+        assert all(positive(r) for r in row["sd_ratio"]) and positive(row["seconds"])
+    assert json.loads((tmp_path / "large.json").read_text())["results"] == results
+
+
 @pytest.mark.slow
 def test_nuts_overhead_quick(tmp_path):
     path = str(tmp_path / "nuts.json")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import inference
+import zoo
 from inference.learning_rate import Stages, parse, record
 
 
@@ -63,3 +64,60 @@ def test_a_fit_switches_rate_when_a_stage_ends(backend):
     assert any(not np.allclose(constant[k], after_stage[k]) for k in constant)
     for k in after_stage:
         np.testing.assert_allclose(later[k], after_stage[k], rtol=1e-12, atol=1e-20)
+
+
+def test_adam_restarts_at_the_first_update_of_every_later_stage():
+    stages = parse([(2, 0.1), (3, 0.01), (1, 0.001)])  # stages start at 0, 2 and 5
+    assert [t for t in range(9) if stages.restarts_at(t)] == [2, 5]
+    assert [int(stages.jax_stage_start(jnp.asarray(t))) for t in range(9)] == [
+        0, 0, 2, 2, 2, 5, 5, 5, 5,
+    ]  # fmt: skip
+    assert not parse([(4, 0.1)]).restarts_at(4)  # one stage: never
+
+
+def test_numpyros_staged_adam_is_adam_within_a_stage_and_fresh_adam_after():
+    """Within the first stage, numpyro.optim.Adam on the stages' schedule, bit for bit; from the
+    first update of the second stage on, a new numpyro.optim.Adam at that stage's rate started
+    where the first stage ended (rates exact in float32, as the schedule reads them)."""
+    import numpyro.optim
+
+    from inference.backends.numpyro_adam import StagedAdam
+
+    stages = parse([(3, 0.5), (1, 0.125)])
+    target = jnp.asarray([3.0, -2.0, 0.5])
+
+    def run(optim, x, steps):
+        state = optim.init({"x": x})
+        for _ in range(steps):
+            grad = {"x": 2 * (optim.get_params(state)["x"] - target) ** 3}
+            state = optim.update(grad, state)
+        return optim.get_params(state)["x"]
+
+    x0 = jnp.zeros(3)
+    first = run(numpyro.optim.Adam(stages.jax_schedule()), x0, 3)
+    np.testing.assert_array_equal(run(StagedAdam(stages), x0, 3), first)
+    fresh = run(numpyro.optim.Adam(0.125), first, 4)
+    np.testing.assert_array_equal(run(StagedAdam(stages), x0, 7), fresh)
+    assert not np.allclose(run(numpyro.optim.Adam(stages.jax_schedule()), x0, 7), fresh)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_fit_restarts_adam_when_a_stage_begins(backend):
+    """A fit over two stages takes the steps of a fit of the first stage followed by a new fit
+    at the second stage's rate from its parameters: Adam's moments do not carry over. (The
+    maximum-likelihood mixture's guide draws nothing, so its objective is exact.)"""
+    x = zoo.get_model("gmm").make_data(np.random.default_rng(0), 200)
+    common = dict(K=2, progress=False, tol=0, reg_covar=0.0)
+
+    def fit(num_steps, lr, init=None):
+        return inference.fit("gmm", x, "svi", backend, num_steps=num_steps, lr=lr, init=init,
+                             **common)  # fmt: skip
+
+    staged = fit(12, [(6, 0.05), (1, 0.01)])
+    first = fit(6, 0.05)
+    continued = fit(6, 0.01, init=first.raw_params)
+    np.testing.assert_allclose(
+        staged.history["objective"][6:], continued.history["objective"], rtol=1e-10
+    )
+    for name, value in continued.raw_params.items():
+        np.testing.assert_allclose(staged.raw_params[name], value, rtol=1e-6)

@@ -56,7 +56,7 @@ ELBOS = ("trace", "meanfield", "iwae")
 #: Adam's learning rate where neither the caller nor the model names one: stages that decay
 #: 0.05 -> 0.01 -> 0.002 -> 0.0005. A constant rate leaves the iterates jittering at a noise floor
 #: that grows with the rate; the first stage travels, the later ones settle (the stopping rule
-#: waits for the last stage).
+#: waits for the last stage). Adam starts afresh at each stage (``inference.learning_rate``).
 DEFAULT_LR = ((3000, 0.05), (3000, 0.01), (3000, 0.002), (1, 0.0005))
 
 
@@ -74,9 +74,10 @@ class SVIOptions:
         Adam's learning rate (a float in (0, inf)), or piecewise-constant stages
         ``[(num_steps, lr), ...]``: the first ``num_steps`` updates use the first rate, and so
         on; the last rate holds once every stage has run, and a resumed run continues the
-        stages where it stopped. Default: the model's (``ModelSpec.algorithm_defaults``), else
-        :data:`DEFAULT_LR`, 3,000 updates each at 0.05, 0.01 and 0.002, then 0.0005. The stopping rule
-        (``tol``) applies from the start of the last stage.
+        stages where it stopped. Adam's moment estimates start afresh at each stage. Default:
+        the model's (``ModelSpec.algorithm_defaults``), else :data:`DEFAULT_LR`, 3,000 updates
+        each at 0.05, 0.01 and 0.002, then 0.0005. The stopping rule (``tol``) applies from the
+        start of the last stage.
     num_particles : int
         Monte-Carlo samples per step (``>= 1``); with ``elbo="iwae"``, the importance samples.
     temperature : (float, float)

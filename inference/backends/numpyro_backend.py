@@ -27,6 +27,7 @@ from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 
 from inference import learning_rate  # noqa: E402
 from inference.backends import exported  # noqa: E402
+from inference.backends.numpyro_adam import StagedAdam  # noqa: E402
 from inference.backends.sites import data_plate_log_prob  # noqa: E402
 from inference.backends.svi_setup import SVISetup  # noqa: E402
 from zoo import devices  # noqa: E402
@@ -381,9 +382,11 @@ class _CompiledSVI:
         persist_key,
         dtype,
     ):
-        # Stages run as a function of Adam's update count, which lives in the SVI state.
-        step_size = lr.jax_schedule() if isinstance(lr, learning_rate.Stages) else lr
-        self.optim, self.loss = numpyro.optim.Adam(step_size), loss
+        # Stages run as a function of Adam's update count, which lives in the SVI state; Adam
+        # starts afresh at each stage.
+        staged = isinstance(lr, learning_rate.Stages)
+        self.optim = StagedAdam(lr) if staged else numpyro.optim.Adam(lr)
+        self.loss = loss
         self.svi = SVI(model, guide, self.optim, loss)
         self.config, self.init_temperature, self.shardings = config, init_temperature, shardings
         self.device, self.persist_key, self.dtype = device, persist_key, dtype

@@ -195,8 +195,9 @@ class SVIEngine:
     kernel for all the parameters): torch picks it by default on a GPU only, and on a CPU its
     per-parameter loop costs a Python round of about ten operations per parameter per step.
     Every parameter must exist after the first evaluation of the loss (true of the zoo's
-    models). Pyro keeps parameters in one global store, so one Pyro fit runs at a time in a
-    process.
+    models). With a learning rate in stages, Adam's state is cleared at each stage's first
+    update, so that its moments start afresh there (``inference.learning_rate``). Pyro keeps
+    parameters in one global store, so one Pyro fit runs at a time in a process.
     ``step(state, temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if
     None); ``step(state, temperature, batch=...)`` on a minibatch given as tensors
     (``inference.streaming``). The engines of both backends take and return a state; Pyro's
@@ -343,6 +344,8 @@ class SVIEngine:
                 loss = self._average_over_group(loss)
             if math.isfinite(loss):
                 if isinstance(self.lr, learning_rate.Stages):
+                    if self.lr.restarts_at(self.updates):
+                        self.optim.state.clear()  # Adam starts afresh at each stage
                     self.optim.param_groups[0]["lr"] = self.lr.at(self.updates)
                 self.optim.step()
                 self.updates += 1

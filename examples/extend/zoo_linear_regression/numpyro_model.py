@@ -8,6 +8,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
+from zoo.distributions import scale_free_lower_cholesky
+
 INIT_SCALE = 0.1  # where the guides' scales start (see pyro_model.py)
 
 
@@ -43,7 +45,7 @@ def make_guide(name, config, init):
         loc = param("coef_loc", jnp.zeros(d, dtype=x.dtype), constraints.real)
         if name == "full_rank":
             eye = jnp.eye(d, dtype=x.dtype)
-            tril = param("coef_scale_tril", INIT_SCALE * eye, constraints.lower_cholesky)
+            tril = param("coef_scale_tril", INIT_SCALE * eye, scale_free_lower_cholesky)
             numpyro.sample("coef", dist.MultivariateNormal(loc, scale_tril=tril))
         else:
             ones = jnp.ones(d, dtype=x.dtype)

@@ -12,6 +12,8 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
+from zoo.torch_distributions import scale_free_lower_cholesky
+
 # The guides start narrow, as Pyro's autoguides do (init_scale=0.1): from a wide start the
 # reparameterised gradients are noisy and SVI takes many more steps to settle.
 INIT_SCALE = 0.1
@@ -60,8 +62,10 @@ def make_guide(name, config, init):
         d = x.shape[-1]
         loc = param("coef_loc", torch.zeros(d, **like), constraints.real)
         if name == "full_rank":  # q(coef) = MultivariateNormal: the exact posterior's family
+            # The factor's off-diagonal entries move relative to their row's diagonal: the
+            # more rows, the narrower the posterior, and steps of a fixed size would swamp it.
             tril = param(
-                "coef_scale_tril", INIT_SCALE * torch.eye(d, **like), constraints.lower_cholesky
+                "coef_scale_tril", INIT_SCALE * torch.eye(d, **like), scale_free_lower_cholesky
             )
             pyro.sample("coef", dist.MultivariateNormal(loc, scale_tril=tril))
         else:  # independent coefficients: the right means, too small variances when correlated
