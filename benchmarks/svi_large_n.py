@@ -34,7 +34,8 @@ def plugin():
     import zoo
 
     if MODEL in zoo.list_models():
-        return zoo.get_model(MODEL), sys.modules[zoo.get_model(MODEL).prepare.__module__]
+        spec = zoo.get_model(MODEL)
+        return spec, sys.modules[spec.prepare.__module__]
     sys.path.insert(0, str(EXAMPLE))
     import zoo_linear_regression
 

@@ -34,15 +34,19 @@ class Stages:
         """The rate of the update that follows ``updates`` applied updates."""
         return self.values[min(bisect.bisect_right(self.ends, updates), len(self.values) - 1)]
 
+    @property
+    def starts(self) -> tuple[int, ...]:
+        """The update counts at which each stage starts."""
+        return (0, *self.ends[:-1])
+
     def restarts_at(self, updates: int) -> bool:
         """Whether the update that follows ``updates`` applied updates is the first of a stage
         after the first: Adam's moments start afresh there."""
-        return updates in self.ends[:-1]
+        return updates in self.starts[1:]
 
     def pairs(self) -> list[list]:
         """The stages as ``[[num_steps, lr], ...]`` (how fits record them, as JSON)."""
-        starts = (0, *self.ends[:-1])
-        return [[e - s, v] for s, e, v in zip(starts, self.ends, self.values, strict=True)]
+        return [[e - s, v] for s, e, v in zip(self.starts, self.ends, self.values, strict=True)]
 
     def jax_schedule(self):
         """The same rule as a function of a traced update count (``numpyro.optim``'s
@@ -51,11 +55,8 @@ class Stages:
 
         def rate(updates):
             # float32 rates: a float64 rate would promote float32 parameters to float64 under
-            # x64. The ends are in the count's own integer type (int32 in a float32 fit's trace).
-            ends = jnp.asarray(self.ends, dtype=jnp.result_type(updates))
-            values = jnp.asarray(self.values, dtype=jnp.float32)
-            stage = jnp.searchsorted(ends, updates, side="right")
-            return values[jnp.minimum(stage, len(self.values) - 1)]
+            # x64.
+            return jnp.asarray(self.values, dtype=jnp.float32)[self._jax_stage(updates)]
 
         return rate
 
@@ -64,10 +65,18 @@ class Stages:
         updates began (0 in the first stage), for a traced count."""
         import jax.numpy as jnp
 
-        starts = jnp.asarray((0, *self.ends[:-1]), dtype=jnp.result_type(updates))
+        starts = jnp.asarray(self.starts, dtype=jnp.result_type(updates))
+        return starts[self._jax_stage(updates)]
+
+    def _jax_stage(self, updates):
+        """The index of the stage of the update that follows ``updates`` (traced) updates, as
+        :meth:`at` finds it. The ends are in the count's own integer type (int32 in a float32
+        fit's trace)."""
+        import jax.numpy as jnp
+
         ends = jnp.asarray(self.ends, dtype=jnp.result_type(updates))
         stage = jnp.searchsorted(ends, updates, side="right")
-        return starts[jnp.minimum(stage, len(self.values) - 1)]
+        return jnp.minimum(stage, len(self.values) - 1)
 
 
 def last_stage_start(lr) -> int:
