@@ -156,7 +156,10 @@ class Algorithm(ABC):
       ``guide`` (None), ``record`` ({}: the options as a result and a checkpoint record them),
       ``rule_start`` (0: the step from which the stopping rule may end a run), ``extendable``
       (True: a resumed run may ask for more steps), ``lead`` (True) and ``processes`` (1: a
-      data-parallel group), ``unsaveable`` (None, else why it cannot be checkpointed),
+      data-parallel group), ``state_layout`` (None, the first; else the revision, from 2, of
+      what its checkpoints hold, raised when that changes: a checkpoint of another layout is
+      refused, not misread),
+      ``unsaveable`` (None, else why it cannot be checkpointed),
       ``posterior_draws`` (None, else a sampler's ``(draws, sample statistics)``) and
       ``outside_support`` (the names of finite parameters outside their constraint);
     * on its info record: ``progress``, what the progress bar shows after the step.
@@ -238,6 +241,7 @@ STATE_FACTS = {
     "extendable": (True, "extendable"),
     "lead": (True, "lead"),
     "processes": (1, "processes"),
+    "state_layout": (None, "state_layout"),
     "unsaveable": (None, "unsaveable"),
     "posterior_draws": (None, "draws"),
     "outside_support": ((), "parameters_outside_support"),

@@ -14,6 +14,16 @@ posterior sees gradients thousands of times larger at first than near the optimu
 memory shrinks Adam's later steps for tens of thousands of updates; a fresh estimate at each
 stage measures that stage's gradients alone (``docs/algorithms/svi.md`` gives the fits it
 changed).
+
+A fit with two stages or more returns an average of its iterates over the last stage, not its
+last iterate. At a constant rate Adam's iterates do not settle at the optimum: each update
+moves the parameters by about the rate, so they jitter around it, and on a large data set the
+last stage's rate can be a sizeable fraction of a posterior standard deviation. The average is
+exponential with a horizon of :data:`AVERAGE_HORIZON` updates (the stopping rule's window) and
+corrected for its start as Adam's moments are, so it weighs the iterates that the rule found
+stationary and forgets the stage's first ones, where the parameters still move away from the
+previous stage's rate. The gradients are those of the iterates; only what the fit returns is
+averaged. A constant rate (one number, or one stage) returns the last iterate.
 """
 
 from __future__ import annotations
@@ -23,6 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+#: The horizon, in updates, of the average of the last stage's iterates: ``1 - 1/horizon`` is
+#: its decay per update. The stopping rule's window (``inference.algorithms.svi``).
+AVERAGE_HORIZON = 500
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,27 @@ class Stages:
         """Whether the update that follows ``updates`` applied updates is the first of a stage
         after the first: Adam's moments start afresh there."""
         return updates in self.starts[1:]
+
+    @property
+    def averages(self) -> bool:
+        """Whether a fit returns the average of the last stage's iterates (two stages or more)."""
+        return len(self.values) > 1
+
+    def average_weight(self, updates: int) -> float:
+        """The weight of the newest iterate in the average once ``updates`` updates are applied:
+        1 (the average is the iterate) until the last stage's first update, then the debiased
+        exponential average's ``(1 - b) / (1 - b**k)`` after its ``k``-th update."""
+        if not self.averages:
+            return 1.0
+        return float(_average_weight(updates - self.starts[-1], np))
+
+    def jax_average_weight(self, updates):
+        """:meth:`average_weight` of a traced update count."""
+        import jax.numpy as jnp
+
+        if not self.averages:
+            return jnp.ones(())
+        return _average_weight(updates - self.starts[-1], jnp)
 
     def pairs(self) -> list[list]:
         """The stages as ``[[num_steps, lr], ...]`` (how fits record them, as JSON)."""
@@ -77,6 +112,14 @@ class Stages:
         ends = jnp.asarray(self.ends, dtype=jnp.result_type(updates))
         stage = jnp.searchsorted(ends, updates, side="right")
         return jnp.minimum(stage, len(self.values) - 1)
+
+
+def _average_weight(k, xp):
+    """``(1 - b) / (1 - b**k)`` for ``k >= 1`` updates into the last stage, else 1, with
+    ``b = 1 - 1/AVERAGE_HORIZON``; ``xp`` is numpy or ``jax.numpy``."""
+    decay = 1.0 - 1.0 / AVERAGE_HORIZON
+    # Exactly 1 at the first update (the rounding of the formula there is not).
+    return xp.where(k <= 1, 1.0, (1.0 - decay) / (1.0 - decay ** xp.maximum(k, 2)))
 
 
 def last_stage_start(lr) -> int:

@@ -399,6 +399,7 @@ def restore(path, header, alg, state, validation=None):
         "backend",
         "guide",
         "guide_coordinates",
+        "state_layout",
         "seed",
         "data_fingerprint",
         "config_fingerprint",
@@ -414,6 +415,13 @@ def restore(path, header, alg, state, validation=None):
                 f"of {header['model']!r} held its parameters in other coordinates "
                 f"(revision {there}, now {header.get(key)}); it cannot be resumed. Rerun the "
                 "fit without resume=True, or with a new checkpoint path."
+            )
+        if key == "state_layout" and there != header.get(key):
+            raise checkpoint.CheckpointError(
+                f"Checkpoint {path!r} was written by another version of the zoo, which saved "
+                f"the state of {header['algorithm']!r} in another layout (revision {there or 1}, "
+                f"now {header.get(key) or 1}); it cannot be resumed. Rerun the fit without resume=True, "
+                "or with a new checkpoint path."
             )
         if there != header.get(key):
             raise checkpoint.CheckpointError(

@@ -105,3 +105,20 @@ def test_an_old_saved_fit_loads_and_evaluates(data):
     assert np.all(np.isfinite(fit.log_marginal_likelihood(data["x"][:5], num_samples=10)))
     expected = json.loads((FILES / "expected.json").read_text())["cavi_numpyro"]
     np.testing.assert_allclose(fit.history["objective"], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_an_older_checkpoint_of_svi_in_stages_is_refused(tmp_path, backend):
+    """``tests/data/staged_svi_v1`` holds checkpoints of SVI in learning-rate stages written
+    before such a run's state held the average of its last stage's iterates: they cannot be
+    resumed to what an uninterrupted run now returns, and are refused, the file left as it was."""
+    original = Path(__file__).parent / "data" / "staged_svi_v1" / f"svi_{backend}.zoo"
+    path = tmp_path / "run.zoo"
+    shutil.copy(original, path)
+    x = zoo.get_model("gmm").make_data(np.random.default_rng(0), 60)["x"]
+    with pytest.raises(inference.CheckpointError, match="another layout .revision 1, now 2"):
+        inference.fit(
+            "gmm", {"x": x}, "svi", backend, num_steps=6, lr=[(3, 0.05), (3, 0.01)],
+            checkpoint=path, resume=True, K=2, tol=0.0, progress=False, seed=1,
+        )  # fmt: skip
+    assert path.read_bytes() == original.read_bytes()

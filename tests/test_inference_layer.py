@@ -101,7 +101,8 @@ def test_resume_reaches_the_same_result(tmp_path, gmm_data, backend, algorithm):
         algorithm=algorithm, backend=backend, K=4, num_steps=30, tol=0.0, progress=False, seed=3
     )
     if algorithm == "svi":
-        # Stages of learning rate: the run resumes at step 15, in the middle of the second.
+        # Stages of learning rate: the run resumes at step 25, in the middle of the last, whose
+        # iterates it averages: Adam's moments and the average are both restored.
         kwargs.update(guide="gumbel", lr=[(10, 0.05), (10, 0.02), (1, 0.01)])
     if algorithm == "svi-natural":
         kwargs["batch_size"] = 64
@@ -109,7 +110,7 @@ def test_resume_reaches_the_same_result(tmp_path, gmm_data, backend, algorithm):
     path = tmp_path / "run.zoo"
 
     def interrupt(step, state, info):
-        if step == 17:
+        if step == 27:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

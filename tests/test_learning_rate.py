@@ -6,7 +6,7 @@ import pytest
 
 import inference
 import zoo
-from inference.learning_rate import Stages, parse, record
+from inference.learning_rate import AVERAGE_HORIZON, Stages, parse, record
 
 
 def test_stages_hold_each_rate_for_its_steps_then_the_last():
@@ -101,11 +101,46 @@ def test_numpyros_staged_adam_is_adam_within_a_stage_and_fresh_adam_after():
     assert not np.allclose(run(numpyro.optim.Adam(stages.jax_schedule()), x0, 7), fresh)
 
 
+def test_the_last_stage_is_averaged_with_weights_that_start_at_one():
+    stages = parse([(3, 0.1), (2, 0.01)])
+    assert stages.averages and not parse([(3, 0.1)]).averages
+    decay = 1 - 1 / AVERAGE_HORIZON
+    # The average is the iterate until the last stage's first update, then the debiased
+    # exponential average: weights 1, (1-b)/(1-b^2), (1-b)/(1-b^3), ...
+    # (the last stage starts after 3 updates; its k-th update makes 3 + k).
+    expected = [1.0] * 5 + [(1 - decay) / (1 - decay**k) for k in (2, 3)]
+    weights = [stages.average_weight(t) for t in range(7)]
+    np.testing.assert_allclose(weights, expected, rtol=1e-12)
+    assert weights[4] == 1.0  # exactly: the average starts as the first iterate itself
+    traced = [float(stages.jax_average_weight(jnp.asarray(t))) for t in range(7)]
+    np.testing.assert_allclose(traced, expected, rtol=1e-6)
+    assert parse([(3, 0.1)]).average_weight(10) == 1.0  # one stage: the last iterate
+
+
+def test_numpyros_staged_adam_keeps_the_average_of_the_last_stages_iterates():
+    from inference.backends.numpyro_adam import StagedAdam
+
+    stages = parse([(3, 0.5), (1, 0.125)])
+    target = jnp.asarray([3.0, -2.0, 0.5])
+    optim = StagedAdam(stages)
+    state = optim.init({"x": jnp.zeros(3)})
+    average = None
+    for t in range(1, 9):
+        grad = {"x": 2 * (optim.get_params(state)["x"] - target) ** 3}
+        state = optim.update(grad, state)
+        iterate = np.asarray(optim.get_params(state)["x"])
+        weight = stages.average_weight(t)
+        average = iterate if average is None else average + weight * (iterate - average)
+        np.testing.assert_allclose(optim.get_average(state)["x"], average, rtol=1e-5)
+    assert not np.allclose(optim.get_average(state)["x"], iterate)
+
+
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_a_fit_restarts_adam_when_a_stage_begins(backend):
     """A fit over two stages takes the steps of a fit of the first stage followed by a new fit
-    at the second stage's rate from its parameters: Adam's moments do not carry over. (The
-    maximum-likelihood mixture's guide draws nothing, so its objective is exact.)"""
+    at the second stage's rate from its parameters: Adam's moments do not carry over; it returns
+    the average of the second stage's iterates. (The maximum-likelihood mixture's guide draws
+    nothing, so its objective is exact.)"""
     x = zoo.get_model("gmm").make_data(np.random.default_rng(0), 200)
     common = dict(K=2, progress=False, tol=0, reg_covar=0.0)
 
@@ -119,5 +154,14 @@ def test_a_fit_restarts_adam_when_a_stage_begins(backend):
     np.testing.assert_allclose(
         staged.history["objective"][6:], continued.history["objective"], rtol=1e-10
     )
-    for name, value in continued.raw_params.items():
-        np.testing.assert_allclose(staged.raw_params[name], value, rtol=1e-6)
+    # The staged fit returns the average of its last stage's iterates, which are the continued
+    # fit's: those of fits of 1 to 6 steps (a constant rate returns the last iterate). The means
+    # move in coordinates linear in them, so their average is the average of the means.
+    stages = parse([(6, 0.05), (1, 0.01)])
+    average = None
+    for k in range(1, 7):
+        iterate = fit(k, 0.01, init=first.raw_params).raw_params["means"]
+        weight = stages.average_weight(6 + k)
+        average = iterate if average is None else average + weight * (iterate - average)
+    np.testing.assert_allclose(staged.raw_params["means"], average, rtol=1e-6)
+    assert not np.allclose(staged.raw_params["means"], continued.raw_params["means"], rtol=1e-6)

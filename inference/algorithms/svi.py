@@ -56,7 +56,8 @@ ELBOS = ("trace", "meanfield", "iwae")
 #: Adam's learning rate where neither the caller nor the model names one: stages that decay
 #: 0.05 -> 0.01 -> 0.002 -> 0.0005. A constant rate leaves the iterates jittering at a noise floor
 #: that grows with the rate; the first stage travels, the later ones settle (the stopping rule
-#: waits for the last stage). Adam starts afresh at each stage (``inference.learning_rate``).
+#: waits for the last stage). Adam starts afresh at each stage, and the fit returns the average of
+#: the last stage's iterates (``inference.learning_rate``).
 DEFAULT_LR = ((3000, 0.05), (3000, 0.01), (3000, 0.002), (1, 0.0005))
 
 
@@ -74,7 +75,8 @@ class SVIOptions:
         Adam's learning rate (a float in (0, inf)), or piecewise-constant stages
         ``[(num_steps, lr), ...]``: the first ``num_steps`` updates use the first rate, and so
         on; the last rate holds once every stage has run, and a resumed run continues the
-        stages where it stopped. Adam's moment estimates start afresh at each stage. Default:
+        stages where it stopped. Adam's moment estimates start afresh at each stage, and a fit
+        of two stages or more returns the average of its last stage's iterates. Default:
         the model's (``ModelSpec.algorithm_defaults``), else :data:`DEFAULT_LR`, 3,000 updates
         each at 0.05, 0.01 and 0.002, then 0.0005. The stopping rule (``tol``) applies from the
         start of the last stage.
@@ -263,6 +265,14 @@ class SVIState:
         stream sized by it), so a resumed run may go on for more steps than it first asked for
         and match an uninterrupted run of the new length."""
         return not self.schedule_spans_steps and self.problem.source is None
+
+    @property
+    def state_layout(self) -> int | None:
+        """2 for a learning rate in stages, whose engine state holds the average of the last
+        stage's iterates (``inference.learning_rate``); None, the first layout, otherwise."""
+        return (
+            2 if isinstance(learning_rate.parse(self.record["lr"]), learning_rate.Stages) else None
+        )
 
     @property
     def processes(self) -> int:

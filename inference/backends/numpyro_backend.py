@@ -383,7 +383,7 @@ class _CompiledSVI:
         dtype,
     ):
         # Stages run as a function of Adam's update count, which lives in the SVI state; Adam
-        # starts afresh at each stage.
+        # starts afresh at each stage and keeps the average of the last stage's iterates.
         staged = isinstance(lr, learning_rate.Stages)
         self.optim = StagedAdam(lr) if staged else numpyro.optim.Adam(lr)
         self.loss = loss
@@ -396,10 +396,7 @@ class _CompiledSVI:
         self._init_args = None  # shapes of the last initialisation's arguments
         self._elbos: dict = {}
         self.update = self._function(self._update, "update")
-        # The constrained parameters; SVI's transforms are set by the initialisation's trace.
-        self.get_params = self._function(
-            lambda leaves: self.svi.get_params(self._unflatten(leaves)), "params"
-        )
+        self.get_params = self._function(self._returned_params, "params")
 
     def _function(self, fn, name, keep=lambda: True, persist=True):
         key = self.persist_key if persist else None
@@ -414,6 +411,15 @@ class _CompiledSVI:
             init = traced_in_precision(self._init_fn(self.svi, {}), self.dtype)
             jax.eval_shape(init, *self._init_args)
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+    def _returned_params(self, leaves):
+        """The constrained parameters a fit returns: with a learning rate in stages, the average
+        of the last stage's iterates (``StagedAdam``). SVI's transforms are set by the
+        initialisation's trace, which ``_unflatten`` makes."""
+        state = self._unflatten(leaves)
+        if isinstance(self.optim, StagedAdam):
+            return self.svi.constrain_fn(self.optim.get_average(state.optim_state))
+        return self.svi.get_params(state)
 
     def _update(self, leaves, data, arrays, rows, temperature):
         if rows is not None:

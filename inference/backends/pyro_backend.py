@@ -19,6 +19,7 @@ from pyro.infer import (
     TraceEnum_ELBO,
     config_enumerate,
 )
+from torch.distributions import transform_to
 
 from inference import learning_rate
 from inference.backends.cuda_graph import GraphedUpdate
@@ -196,14 +197,16 @@ class SVIEngine:
     per-parameter loop costs a Python round of about ten operations per parameter per step.
     Every parameter must exist after the first evaluation of the loss (true of the zoo's
     models). With a learning rate in stages, Adam's state is cleared at each stage's first
-    update, so that its moments start afresh there (``inference.learning_rate``). Pyro keeps
+    update, so that its moments start afresh there, and the engine keeps the average of the
+    last stage's iterates, which ``params`` returns (``inference.learning_rate``). Pyro keeps
     parameters in one global store, so one Pyro fit runs at a time in a process.
     ``step(state, temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if
     None); ``step(state, temperature, batch=...)`` on a minibatch given as tensors
     (``inference.streaming``). The engines of both backends take and return a state; Pyro's
     parameters and optimiser live in torch tensors that a step updates in place, so its state
     is a handle to them: ``{"params", "optim", "rng", "updates"}``, the store's unconstrained
-    parameters, Adam's state, the fit's random stream and the updates applied. A state holding
+    parameters, Adam's state, the fit's random stream and the updates applied, and with stages
+    ``"average"``, the average of the unconstrained iterates. A state holding
     other tensors (one restored from a checkpoint) is loaded into the store, Adam and the
     stream when a method is first given it; a state of None reads them as they are.
 
@@ -267,6 +270,11 @@ class SVIEngine:
         first_lr = lr.at(0) if isinstance(lr, learning_rate.Stages) else lr
         params = [store._params[k] for k in self.names]
         self.optim = torch.optim.Adam(params, lr=first_lr, fused=_fusable(params))
+        # With stages, the average of the last stage's unconstrained iterates, which params()
+        # returns (inference.learning_rate); the iterate itself until that stage starts.
+        self.average = None
+        if isinstance(lr, learning_rate.Stages):
+            self.average = {k: p.detach().clone() for k, p in zip(self.names, params, strict=True)}
         self._loaded = None  # the last state loaded into the store, a handle to it since
 
     def _rng(self):
@@ -289,12 +297,15 @@ class SVIEngine:
     def _handle(self) -> dict:
         """The state: the tensors the store, Adam and the stream hold now."""
         store = pyro.get_param_store()
-        return {
+        state = {
             "params": {name: store._params[name] for name in store.keys()},
             "optim": self.optim.state_dict(),
             "rng": self.rng_state,
             "updates": self.updates,
         }
+        if self.average is not None:
+            state["average"] = self.average
+        return state
 
     def _adopt(self, state) -> None:
         """Load ``state`` into the store, Adam and the stream, unless it is a handle to them."""
@@ -315,6 +326,8 @@ class SVIEngine:
         with torch.no_grad():
             for name, value in saved.items():
                 store._params[name].copy_(torch.as_tensor(value))
+            for name, value in (state.get("average") or {}).items():
+                self.average[name].copy_(torch.as_tensor(value))
         # Adam's moments move to their parameters' device as it loads; its step counts stay on
         # the CPU, as torch keeps them.
         self.optim.load_state_dict(_tensors(state["optim"]))
@@ -349,9 +362,20 @@ class SVIEngine:
                     self.optim.param_groups[0]["lr"] = self.lr.at(self.updates)
                 self.optim.step()
                 self.updates += 1
+                if self.average is not None:
+                    self._average_iterates()
             self.optim.zero_grad(set_to_none=True)
             self.rng_state = self._get_rng()
         return self._handle(), -loss
+
+    def _average_iterates(self) -> None:
+        """Move the average of the last stage's iterates towards the new iterate (a weight of 1
+        before that stage, where the average is the iterate)."""
+        weight = self.lr.average_weight(self.updates)
+        store = pyro.get_param_store()
+        with torch.no_grad():
+            for name, average in self.average.items():
+                average.lerp_(store._params[name], weight)
 
     def _trace(self, inputs, rows) -> None:
         """Compile the graph of this minibatch size on a throwaway evaluation.
@@ -432,6 +456,14 @@ class SVIEngine:
     def params(self, state=None) -> dict[str, np.ndarray]:
         self._adopt(state)
         store = pyro.get_param_store()
+        if self.average is not None:  # the average of the last stage's iterates, constrained
+            with torch.no_grad():
+                return {
+                    canonical_name(name): to_numpy(
+                        transform_to(store._constraints[name])(self.average[name])
+                    ).copy()
+                    for name in store.keys()
+                }
         # Copies: a CPU tensor's numpy view would follow the optimiser's in-place updates.
         return {canonical_name(name): to_numpy(store[name]).copy() for name in store.keys()}
 

@@ -99,6 +99,8 @@ def header(alg, state, problem, record: dict, *, guide, redrawn=(), validation=N
         "guide_coordinates": None if guide is None else problem.spec.guide_coordinates,
         "seed": problem.seed,
         "init": init_record(problem.init),
+        # The revision of the layout of the algorithm's saved state, where it has changed.
+        "state_layout": state_fact(alg, state, "state_layout"),
         # Processes sharing each step draw their own particles for their rows (Pyro).
         "processes": state_fact(alg, state, "processes"),
         "data_fingerprint": data_fingerprint,
