@@ -353,6 +353,18 @@ def _check_arrays(path, fresh, saved) -> None:
 UNRECORDED_VALIDATION = "validation data (not recorded)"
 
 
+#: The header's revision numbers (None: the first), and what another revision of each meant: a
+#: checkpoint's arrays are not what this version would read in them, so the file is refused.
+_REVISIONS = {
+    "guide_coordinates": lambda header: (
+        f"whose guide for {header['model']!r} held its parameters in other coordinates"
+    ),
+    "state_layout": lambda header: (
+        f"which saved the state of {header['algorithm']!r} in another layout"
+    ),
+}
+
+
 def _meant_by_older_file(key, saved, header):
     """The value of ``key`` that a checkpoint written before ``key`` was recorded can only have
     meant. Where the file cannot tell (it validated, or started from arrays, or ran in a
@@ -409,19 +421,12 @@ def restore(path, header, alg, state, validation=None):
         "validation_setup",
     ):
         there = saved[key] if key in saved else _meant_by_older_file(key, saved, header)
-        if key == "guide_coordinates" and there != header.get(key):
+        if key in _REVISIONS and there != header.get(key):
             raise checkpoint.CheckpointError(
-                f"Checkpoint {path!r} was written by another version of the zoo, whose guide "
-                f"of {header['model']!r} held its parameters in other coordinates "
-                f"(revision {there}, now {header.get(key)}); it cannot be resumed. Rerun the "
-                "fit without resume=True, or with a new checkpoint path."
-            )
-        if key == "state_layout" and there != header.get(key):
-            raise checkpoint.CheckpointError(
-                f"Checkpoint {path!r} was written by another version of the zoo, which saved "
-                f"the state of {header['algorithm']!r} in another layout (revision {there or 1}, "
-                f"now {header.get(key) or 1}); it cannot be resumed. Rerun the fit without resume=True, "
-                "or with a new checkpoint path."
+                f"Checkpoint {path!r} was written by another version of the zoo, "
+                f"{_REVISIONS[key](header)} (revision {there or 1}, now {header.get(key) or 1}); "
+                "it cannot be resumed. Rerun the fit without resume=True, or with a new "
+                "checkpoint path."
             )
         if there != header.get(key):
             raise checkpoint.CheckpointError(
