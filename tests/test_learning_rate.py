@@ -75,6 +75,12 @@ def test_adam_restarts_at_the_first_update_of_every_later_stage():
     assert not parse([(4, 0.1)]).restarts_at(4)  # one stage: never
 
 
+def _descend(optim, state):
+    """One update of ``optim`` on ``sum((x - target)**4) / 2``, whose gradient grows steeply."""
+    target = jnp.asarray([3.0, -2.0, 0.5])
+    return optim.update({"x": 2 * (optim.get_params(state)["x"] - target) ** 3}, state)
+
+
 def test_numpyros_staged_adam_is_adam_within_a_stage_and_fresh_adam_after():
     """Within the first stage, numpyro.optim.Adam on the stages' schedule, bit for bit; from the
     first update of the second stage on, a new numpyro.optim.Adam at that stage's rate started
@@ -84,13 +90,11 @@ def test_numpyros_staged_adam_is_adam_within_a_stage_and_fresh_adam_after():
     from inference.backends.numpyro_adam import StagedAdam
 
     stages = parse([(3, 0.5), (1, 0.125)])
-    target = jnp.asarray([3.0, -2.0, 0.5])
 
     def run(optim, x, steps):
         state = optim.init({"x": x})
         for _ in range(steps):
-            grad = {"x": 2 * (optim.get_params(state)["x"] - target) ** 3}
-            state = optim.update(grad, state)
+            state = _descend(optim, state)
         return optim.get_params(state)["x"]
 
     x0 = jnp.zeros(3)
@@ -124,13 +128,11 @@ def test_numpyros_staged_adam_keeps_the_average_of_the_last_stages_iterates():
     from inference.backends.numpyro_adam import StagedAdam
 
     stages = parse([(3, 0.5), (1, 0.125)])
-    target = jnp.asarray([3.0, -2.0, 0.5])
     optim = StagedAdam(stages)
     state = optim.init({"x": jnp.zeros(3)})
     average = None
     for t in range(1, 9):
-        grad = {"x": 2 * (optim.get_params(state)["x"] - target) ** 3}
-        state = optim.update(grad, state)
+        state = _descend(optim, state)
         iterate = np.asarray(optim.get_params(state)["x"])
         weight = stages.average_weight(t)
         average = iterate if average is None else average + weight * (iterate - average)

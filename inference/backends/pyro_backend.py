@@ -456,16 +456,16 @@ class SVIEngine:
     def params(self, state=None) -> dict[str, np.ndarray]:
         self._adopt(state)
         store = pyro.get_param_store()
-        if self.average is not None:  # the average of the last stage's iterates, constrained
-            with torch.no_grad():
-                return {
-                    canonical_name(name): to_numpy(
-                        transform_to(store._constraints[name])(self.average[name])
-                    ).copy()
-                    for name in store.keys()
-                }
-        # Copies: a CPU tensor's numpy view would follow the optimiser's in-place updates.
-        return {canonical_name(name): to_numpy(store[name]).copy() for name in store.keys()}
+        # With stages, the average of the last stage's iterates; constrained as the store
+        # constrains its own. Copies: a CPU tensor's numpy view would follow in-place updates.
+        unconstrained = store._params if self.average is None else self.average
+        with torch.no_grad():
+            return {
+                canonical_name(name): to_numpy(
+                    transform_to(store._constraints[name])(unconstrained[name])
+                ).copy()
+                for name in store.keys()
+            }
 
     def params_outside_support(self, state=None) -> list[str]:
         """The parameters whose constrained values fail their constraint's check (a value
