@@ -378,6 +378,60 @@ def test_zoo_normal_draws_what_torch_draws_and_traces_to_one_random_operation():
     assert not {"aten::zeros", "aten::ones", "aten::normal"} & set(kinds)
 
 
+def _operations(fn, *args) -> int:
+    """The operations of a ``torch.jit.trace`` of ``fn``, views and constants left out."""
+    graph = torch.jit.trace(fn, args).graph
+    skip = ("prim::", "aten::expand", "aten::view", "aten::size", "aten::Int", "aten::slice")
+    return sum(not node.kind().startswith(skip) for node in graph.nodes())
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_standard_normal_gives_torchs_numbers_in_fewer_operations(dtype):
+    """``zoo.torch_distributions.StandardNormal`` (the VAE prior's): torch's log-density,
+    KL from a Normal and draws, bit for bit, in fewer operations; broadcast as torch's; a
+    location or scale that is not 0 or 1 is refused under validation."""
+    from zoo.torch_distributions import Normal, StandardNormal
+
+    zero, one = torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)
+    ours, torchs = StandardNormal(zero, one).expand([4, 3]), torch.distributions.Normal(zero, one)
+    torchs = torchs.expand([4, 3])
+    assert type(ours) is StandardNormal and ours.batch_shape == (4, 3)
+    value = torch.randn(2, 4, 3, dtype=dtype) * 3
+    assert torch.equal(ours.log_prob(value), torchs.log_prob(value))
+    assert torch.equal(ours.log_prob(value[0, 0]), torchs.log_prob(value[0, 0]))  # broadcast
+    loc = torch.randn(4, 3, dtype=dtype, requires_grad=True)
+    scale = (torch.rand(4, 3, dtype=dtype) + 0.1).requires_grad_()
+    for q in (Normal(loc, scale), torch.distributions.Normal(loc[0], scale[0])):
+        kl = torch.distributions.kl_divergence(q, ours)
+        expected = torch.distributions.kl_divergence(q, torchs)
+        assert kl.shape == expected.shape == (4, 3) and torch.equal(kl, expected)
+        grads = torch.autograd.grad(kl.sum(), (loc, scale))
+        assert all(map(torch.equal, grads, torch.autograd.grad(expected.sum(), (loc, scale))))
+    torch.manual_seed(0)
+    draw = ours.rsample((2,))
+    torch.manual_seed(0)
+    assert torch.equal(draw, torchs.rsample((2,)))
+
+    def log_density_and_kl(cls):
+        def fn(z, m, s):
+            prior = cls(zero, one).expand(z.shape)
+            return prior.log_prob(z), torch.distributions.kl_divergence(Normal(m, s), prior)
+
+        return fn
+
+    args = (value[0], loc.detach(), scale.detach())
+    with pyro.validation_enabled(False):
+        counts = [_operations(log_density_and_kl(cls), *args) for cls in (Normal, StandardNormal)]
+    assert counts[1] <= counts[0] - 9, counts  # six in the log-density, three in the KL
+
+    with pyro.validation_enabled(True):
+        for loc0, scale0 in ((zero + 0.5, one), (zero, one * 2)):
+            with pytest.raises(ValueError, match="location of 0 and a scale of 1"):
+                StandardNormal(loc0, scale0)
+
+
 def _scale_free_numbers(d, rng):
     """The same unconstrained numbers in the torch twin's layout (a D x D matrix whose upper
     triangle is ignored) and the NumPyro twin's (strictly lower entries row by row, then the

@@ -93,6 +93,7 @@ OBJECTS = [
     "zoo.torch_distributions:StickBreakingCategorical",
     "zoo.torch_distributions:stick_breaking_log_weights",
     "zoo.torch_distributions:Wishart",
+    "zoo.torch_distributions:StandardNormal",
     "zoo.torch_distributions:PositiveDefiniteFromVector",
     "zoo.torch_distributions:ScaleFreeLowerCholeskyTransform",
     "zoo.torch_distributions:scaled_real",

@@ -1,5 +1,6 @@
-"""Pyro (torch) twins of the distributions in :mod:`zoo.distributions`, a repaired Wishart, and a
-Normal whose compiled draw is one operation.
+"""Pyro (torch) twins of the distributions in :mod:`zoo.distributions`, a repaired Wishart, a
+Normal whose compiled draw is one operation, and a standard Normal without arithmetic on its 0
+and 1.
 
 Here are :class:`StickBreakingCategorical`, :class:`GumbelSoftmax` and
 :class:`ExpRelaxedCategorical` (torch's, made a Pyro distribution); the Concrete distribution is
@@ -32,6 +33,7 @@ __all__ = [
     "Normal",
     "PositiveDefiniteFromVector",
     "ScaleFreeLowerCholeskyTransform",
+    "StandardNormal",
     "StickBreakingCategorical",
     "Wishart",
     "scale_free_lower_cholesky",
@@ -53,6 +55,68 @@ class Normal(_PyroNormal):
         shape = self._extended_shape(torch.Size(sample_shape))
         eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + eps * self.scale
+
+
+#: torch's constant in ``Normal.log_prob``, written as torch writes it (the same rounding).
+_LOG_SQRT_TWO_PI = math.log(math.sqrt(2 * math.pi))
+
+
+class StandardNormal(Normal):
+    """``Normal(0, 1)`` from a zero and a one its caller made once where the data live (made at
+    every step, they would be two more kernel launches per step on a GPU).
+
+    Its log-density and its KL divergence from a Normal (registered with
+    ``torch.distributions.kl_divergence``) leave out torch's arithmetic with the location and
+    scale (subtracting 0, dividing by 1, ``log 1``), which is exact: the same numbers bit for
+    bit, in six operations fewer (the log-density) and three fewer (the KL), forward, each a
+    kernel launch on a GPU.
+
+    Parameters
+    ----------
+    zero, one : Tensor
+        The location and scale, 0 and 1 (with validation on, checked; that check reads them on
+        the host).
+    validate_args : bool, optional
+        As for ``torch.distributions.Normal``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from zoo.torch_distributions import StandardNormal
+    >>> zero, one = torch.zeros(()), torch.ones(())
+    >>> prior = StandardNormal(zero, one).expand([3])
+    >>> z = torch.tensor([-1.0, 0.0, 2.0])
+    >>> torch.equal(prior.log_prob(z), torch.distributions.Normal(zero, one).log_prob(z))
+    True
+    >>> q = torch.distributions.Normal(torch.tensor([0.5, 0.0, -1.0]), torch.tensor(0.8))
+    >>> torch.distributions.kl_divergence(q, prior)
+    tensor([0.1681, 0.0431, 0.5431])
+    """
+
+    def __init__(self, zero, one, validate_args=None):
+        super().__init__(zero, one, validate_args=validate_args)
+        if self._validate_args and not (
+            bool((self.loc == 0).all()) and bool((self.scale == 1).all())
+        ):
+            raise ValueError("StandardNormal takes a location of 0 and a scale of 1.")
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(StandardNormal, _instance)
+        return super().expand(batch_shape, _instance=new)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return _broadcast(-(value**2) / 2 - _LOG_SQRT_TWO_PI, self.batch_shape)
+
+
+def _broadcast(x: torch.Tensor, batch_shape: torch.Size) -> torch.Tensor:
+    """``x`` expanded to its broadcast shape with ``batch_shape``, as torch's formulas give it
+    (a view; ``torch.broadcast_shapes`` is called only where the shapes differ, because under
+    ``torch.jit.trace`` it makes a tensor)."""
+    if x.shape == batch_shape:
+        return x
+    return x.expand(torch.broadcast_shapes(x.shape, batch_shape))
 
 
 class Wishart(_PyroWishart):
@@ -551,6 +615,15 @@ def _kl_gumbel_softmax(q, p):
     q_probs = q.log_probs.exp()
     terms = q_probs * (q.log_probs - p.log_probs)
     return torch.where(q_probs > 0, terms, torch.zeros_like(terms)).sum(-1)
+
+
+@register_kl(torch.distributions.Normal, StandardNormal)
+def _kl_normal_standard_normal(p, q):
+    """torch's ``KL(Normal || Normal)`` where the second is standard (see
+    :class:`StandardNormal`): the same formula without its division by 1 and subtraction of 0."""
+    var_ratio = p.scale.pow(2)
+    kl = 0.5 * (var_ratio + p.loc.pow(2) - 1 - var_ratio.log())
+    return _broadcast(kl, q.batch_shape)
 
 
 @register_kl(Wishart, Wishart)

@@ -12,7 +12,6 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.infer import (
-    JitTrace_ELBO,
     JitTraceEnum_ELBO,
     RenyiELBO,
     Trace_ELBO,
@@ -24,6 +23,7 @@ from torch.distributions import transform_to
 from inference import learning_rate
 from inference.backends.cuda_graph import GraphedUpdate
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
+from inference.backends.pyro_trace_elbo import JitTraceELBO
 from inference.backends.pyro_traced import TracedGraphs
 from inference.backends.sites import data_plate_log_prob
 from inference.backends.svi_setup import SVISetup
@@ -106,7 +106,7 @@ ELBOS = {
 
 
 JIT_ELBOS = {
-    "trace": JitTrace_ELBO,
+    "trace": JitTraceELBO,  # JitTrace_ELBO summing the loss once for a reparameterised guide
     "enum": JitTraceEnum_ELBO,
     "meanfield": JitMeanFieldELBO,
 }

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from zoo.plates import pyro_data_plate as data_plate
-from zoo.torch_distributions import Normal
+from zoo.torch_distributions import Normal, StandardNormal
 from zoo.weights import torch_module
 
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "softplus": nn.functional.softplus}
@@ -72,13 +72,13 @@ def make_model(config, init=None):
         x = data["x"]
         if "decoder" not in nets:
             nets["decoder"] = _network(Decoder, "decoder", config, init, x)
-            # The prior's parameters, made once with the decoder (made at every step they
-            # would be two more kernel launches per step on a GPU).
+            # The prior's parameters, made once with the decoder (see StandardNormal).
             nets["prior"] = x.new_zeros(()), x.new_ones(())
         decoder = pyro.module("decoder", nets["decoder"])
         zero, one = nets["prior"]
         with data_plate(x.shape[0], num_data):
-            z = pyro.sample("z", dist.Normal(zero, one).expand([config.latent_dim]).to_event(1))
+            prior = StandardNormal(zero, one).expand([config.latent_dim]).to_event(1)
+            z = pyro.sample("z", prior)
             pixels = dist.Bernoulli(logits=decoder(z), validate_args=False)  # prepare() checked x
             pyro.sample("x", pixels.to_event(1), obs=x)
 
