@@ -83,6 +83,7 @@ def compile_update(update, state, device):
     """``update`` compiled as a fit with ``jit=True`` compiles it (``CompiledUpdate``), and the
     seconds its compilation took (its first call). Where the compiler fails, the fit would run
     the update uncompiled; here that is the row's error."""
+    torch._dynamo.reset()  # each row compiles afresh: torch compiles one code 8 times at most
     fn = CompiledUpdate(update)
     seconds, _ = eager(fn, state, 1, device)
     if fn.call is not fn.compiled:

@@ -46,7 +46,9 @@ error and the run goes on; the end lists every figure that could not be taken):
   device.
 
 Then the targets of the GPU work, met or not, and what could not be measured. The exit status
-is 1 when a smoke fit fails or an agreement check does not agree, else 0.
+is 1 when a requirement of the zoo is missing or out of range, a backend cannot run on the
+device, a section stops on an error (not on its time limit), a smoke fit fails or an agreement
+check does not agree; else 0.
 
     python benchmarks/gpu_check.py                        # on cuda, about 5 minutes
     python benchmarks/gpu_check.py --json gpu.json        # also save every figure
@@ -214,15 +216,18 @@ class Run:
         self.not_measured.append(f"{what}: {why}")
         print(f"  not measured: {what} ({why})", flush=True)
 
-    def attempt(self, what: str, function, *args, limit=None, **kwargs):
+    def attempt(self, what: str, function, *args, limit=None, failure=False, **kwargs):
         """``function(*args, **kwargs)``, or None when it fails or runs out of time (printed
-        with its traceback's innermost frames, and listed as not measured)."""
+        with its traceback's innermost frames, and listed as not measured; with ``failure``,
+        an error other than running out of time is also one of the run's failures)."""
         try:
             with time_limit(self.limit(limit or self.remaining())):
                 return function(*args, **kwargs)
         except (Exception, TimeUp) as err:
             print(f"  {what}: {first_line(err)}\n    at {where(err)}", flush=True)
             self.missing(what, first_line(err))
+            if failure and not isinstance(err, TimeUp):
+                self.failures.append(f"{what}: {first_line(err)}")
             if isinstance(err, TimeUp) and outer_limit_passed():
                 raise  # the enclosing section's time is up: it ends here
             return None
@@ -236,20 +241,41 @@ def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         import torch
 
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
 # --- environment --------------------------------------------------------------------------------
 
 
+def unmet_requirements() -> list[str]:
+    """The project's requirements (``pyproject.toml``) that this environment lacks or holds in
+    a version out of range, one line each (a machine lent for the run may come with other
+    versions, or without some packages)."""
+    import tomllib
+
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # not installed on its own: pip's copy
+        from pip._vendor.packaging.requirements import Requirement
+
+    with open(HERE.parent / "pyproject.toml", "rb") as f:
+        wanted = tomllib.load(f)["project"]["dependencies"]
+    unmet = []
+    for line in wanted:
+        requirement = Requirement(line)
+        try:
+            have = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            unmet.append(f"{requirement.name} is missing (the zoo needs {requirement})")
+            continue
+        if not requirement.specifier.contains(have, prereleases=True):
+            unmet.append(f"{requirement.name} {have} is installed; the zoo needs {requirement}")
+    return unmet
+
+
 def environment(run: Run) -> dict:
     import jax
-    import numpyro
-    import pyro
     import torch
-
-    from inference.backends import jax_cache, numpyro_backend  # noqa: F401 (sets JAX's mode)
-    from zoo import devices
 
     dev = run.args.device
     out = {
@@ -258,28 +284,36 @@ def environment(run: Run) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
-        "pyro": pyro.__version__,
         "jax": jax.__version__,
-        "numpyro": numpyro.__version__,
         "jax_devices": [str(d) for d in jax.devices()],
-        "jax_enable_x64": bool(jax.config.jax_enable_x64),
-        "ZOO_JAX_CACHE": os.environ.get("ZOO_JAX_CACHE"),
-        "jax_cache_dir": str(jax_cache.root()),
-        "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
         "host_cpus": os.cpu_count(),
     }
-    # What the fits need besides the backends (scikit-learn: the VAE's built-in data).
-    for dist in ("funsor", "equinox", "flatbuffers", "arviz", "scikit-learn"):
-        try:
+    # Every requirement, so that one missing package (pyro-ppl, funsor, ArviZ ...) is named
+    # here rather than failing the fits that import it, one by one.
+    out["unmet_requirements"] = unmet_requirements()
+    for line in out["unmet_requirements"]:
+        run.failures.append(f"environment: {line}")
+    for dist in ("pyro-ppl", "numpyro", "funsor", "equinox", "flatbuffers", "arviz"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "missing"
-    for backend in ("pyro", "numpyro"):
+    try:
+        from inference.backends import jax_cache, numpyro_backend  # noqa: F401 (JAX's mode)
+        from zoo import devices
+    except ImportError as err:  # nothing else can run: the run stops after this section
+        run.failures.append(f"environment: the zoo cannot be imported ({first_line(err)})")
+        say(f"  the zoo cannot be imported: {first_line(err)}")
+        return out
+    out["jax_enable_x64"] = bool(jax.config.jax_enable_x64)
+    out["ZOO_JAX_CACHE"] = os.environ.get("ZOO_JAX_CACHE")
+    out["jax_cache_dir"] = str(jax_cache.root())
+    out["XLA_PYTHON_CLIENT_PREALLOCATE"] = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
+    for backend in run.args.backends:
         try:
+            importlib.import_module(backend)
             out[f"{backend}_device"] = str(devices.resolve(backend, dev))
-        except ValueError as err:
+        except (ImportError, ValueError) as err:
             out[f"{backend}_device"] = None
-            run.failures.append(f"{backend} has no device {dev!r}")
+            run.failures.append(f"environment: {backend} cannot run on {dev!r}: {first_line(err)}")
             say(f"  {backend}: {first_line(err)}")
     if dev.startswith("cuda") and torch.cuda.is_available():
         index = torch.device(dev).index or 0
@@ -973,7 +1007,7 @@ def main(argv=None):
         say(f"\n== {name} ({run.elapsed():.0f} s into the run)")
         t0 = time.perf_counter()
         limit = SECTION_LIMITS[name] if not args.quick else run.remaining()
-        result = run.attempt(f"section {name}", RUNNERS[name], run, limit=limit)
+        result = run.attempt(f"section {name}", RUNNERS[name], run, limit=limit, failure=True)
         run.section_seconds[name] = time.perf_counter() - t0
         if result is not None:
             run.figures[name] = result

@@ -257,6 +257,39 @@ def test_gpu_check_says_what_it_could_not_measure(capsys):
     assert report["not_measured"] == ["section smoke: no backend has device 'cuda:99'"]
 
 
+def test_gpu_check_names_a_missing_or_old_requirement_and_fails(monkeypatch, capsys):
+    """A machine lent for the run may lack a requirement (funsor) or hold an older version
+    (NumPyro 0.21): the environment names each, and the run fails; so does a section that
+    stops on an error rather than on its time limit."""
+    import importlib.metadata
+
+    script = runpy.run_path(str(BENCHMARKS / "gpu_check.py"), run_name="gpu_check")
+    version = importlib.metadata.version
+
+    def installed(name):
+        if name == "funsor":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return "0.21.0" if name == "numpyro" else version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", installed)
+    unmet = script["unmet_requirements"]()
+    assert unmet == [
+        "numpyro 0.21.0 is installed; the zoo needs numpyro>=0.22",
+        "funsor is missing (the zoo needs funsor>=0.4.5)",
+    ]
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert script["unmet_requirements"]() == []
+
+    def broken(run):
+        raise RuntimeError("a bug in the check")
+
+    from types import SimpleNamespace
+
+    run = script["Run"](SimpleNamespace(budget=60.0), None)
+    assert run.attempt("section x", broken, run, failure=True) is None
+    assert run.failures == ["section x: RuntimeError: a bug in the check"]
+
+
 def test_gpu_check_time_limits_nest():
     """A check ends at its own limit, or at its section's if that comes first; a check cut
     short by its own limit is listed as not measured and the section goes on."""
@@ -451,6 +484,25 @@ def test_op_counts_quick(tmp_path):
         == cavi["bayesian_gmm CAVI, K=20, D=2"]["operations"]
     )
     assert json.loads((tmp_path / "ops.json").read_text())["results"] == results
+
+
+def test_op_counts_count_the_closed_form_updates_run_eagerly(monkeypatch):
+    """On a GPU a CAVI or EM fit replays its update from a CUDA graph, where counting the
+    dispatched operations would find only the copies in and out: the rows count the update's
+    own operations, with the graphs off."""
+    import os
+
+    count_module = runpy.run_path(str(BENCHMARKS / "op_counts.py"), run_name="op_counts")
+    graphs_setting = []
+
+    def stepper(model, data, algorithm, device="cpu", **options):
+        graphs_setting.append(os.environ.get("ZOO_CUDA_GRAPHS"))
+        return lambda: None
+
+    monkeypatch.setitem(count_module["cavi_rows"].__globals__, "fit_stepper", stepper)
+    monkeypatch.setitem(count_module["cavi_rows"].__globals__, "compiled_cavi", lambda *a: {})
+    count_module["cavi_rows"](1, "cuda")
+    assert graphs_setting == ["0", "0", "0"]
 
 
 def test_op_counts_without_a_gpu_profile_no_launches():

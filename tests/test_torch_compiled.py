@@ -43,6 +43,32 @@ def test_an_error_of_the_update_itself_is_raised_as_it_would_be_uncompiled(monke
         CompiledUpdate(update)(1)
 
 
+def _doubled_plus_one(x):
+    return 2 * x + 1
+
+
+def test_an_update_past_torchs_recompile_limit_says_it_runs_uncompiled():
+    """torch compiles one function's code at most ``recompile_limit`` times in a process and
+    then, silently, not at all: the update that reaches the limit warns that it runs uncompiled,
+    and computes what it computes."""
+    import torch
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=1):
+        first = CompiledUpdate(_doubled_plus_one)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            first(torch.ones(3))
+        assert first.call is first.compiled
+        second = CompiledUpdate(_doubled_plus_one)  # new shapes: a second compilation
+        with pytest.warns(
+            RuntimeWarning, match="at most 1 times in a process, its recompile_limit"
+        ):
+            assert torch.equal(second(torch.ones(4, 2)), torch.full((4, 2), 3.0))
+        assert second.call is second.update
+    torch._dynamo.reset()
+
+
 def test_jit_must_be_a_bool():
     data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 50)
     with pytest.raises(TypeError, match="jit"):

@@ -10,8 +10,9 @@ rounding (docs/algorithms/cavi.md gives the commands). Compiling takes seconds (
 less once torch's on-disk cache holds the kernels), once per fit.
 
 The first call compiles. An update the compiler cannot handle (no C++ compiler on the machine,
-for one) then runs uncompiled, with a one-line warning, and so does every later call; an error
-of the update itself is raised as it would be uncompiled.
+for one; or the ninth compilation of the same update in one process, past torch's
+``recompile_limit``) then runs uncompiled, with a one-line warning, and so does every later
+call; an error of the update itself is raised as it would be uncompiled.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ class CompiledUpdate:
         if self.call is not None:
             return self.call(*args)
         try:
-            with warnings.catch_warnings():  # the compiler's notices about its own internals
+            # torch compiles one function's code at most recompile_limit times in a process
+            # (8), then runs it uncompiled without a word: the ninth fit of an update with new
+            # shapes would be. Here that is an error, and the fit says it runs uncompiled.
+            with (
+                warnings.catch_warnings(),  # the compiler's notices about its own internals
+                torch._dynamo.config.patch(fail_on_recompile_limit_hit=True),
+            ):
                 warnings.simplefilter("ignore", FutureWarning)
                 warnings.simplefilter("ignore", DeprecationWarning)
                 result = self.compiled(*args)
@@ -42,7 +49,7 @@ class CompiledUpdate:
             result = self.update(*args)  # an error of the update itself is raised here
             warnings.warn(
                 f"{self.name} could not be compiled by torch.compile and runs uncompiled "
-                f"({type(err).__name__}: {_first_line(err)}).",
+                f"({_why(err)}).",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -52,6 +59,13 @@ class CompiledUpdate:
         return result
 
 
-def _first_line(err: BaseException) -> str:
+def _why(err: BaseException) -> str:
+    if isinstance(err, torch._dynamo.exc.FailOnRecompileLimitHit):
+        limit = torch._dynamo.config.recompile_limit
+        return (
+            f"torch compiles the same code at most {limit} times in a process, its "
+            "recompile_limit, and has reached it; torch._dynamo.reset() between fits, or a "
+            "higher torch._dynamo.config.recompile_limit, lets it compile again"
+        )
     lines = str(err).strip().splitlines()
-    return (lines[0] if lines else "")[:200]
+    return f"{type(err).__name__}: {(lines[0] if lines else '')[:200]}"
