@@ -411,11 +411,11 @@ def restore(path, header, alg, state, validation=None):
         "backend",
         "guide",
         "guide_coordinates",
-        "state_layout",
         "seed",
         "data_fingerprint",
         "config_fingerprint",
         "options",
+        "state_layout",  # after the options, on which it depends (a learning rate in stages)
         "init",  # after the options, which name an init added or removed
         "processes",
         "validation_setup",
@@ -429,9 +429,12 @@ def restore(path, header, alg, state, validation=None):
                 "checkpoint path."
             )
         if there != header.get(key):
+            what, there, here = key, there, header.get(key)
+            if key == "config_fingerprint" and "config" in saved:  # name the fields
+                what, there, here = "model config", saved["config"], header.get("config")
             raise checkpoint.CheckpointError(
-                f"Checkpoint {path!r} was written by another run; its {key} does not match "
-                f"this run's: {_differences(there, header.get(key))}."
+                f"Checkpoint {path!r} was written by another run; its {what} does not match "
+                f"this run's: {_differences(there, here)}."
             )
     history = {
         k[len("history/") :]: arrays.pop(k).tolist()

@@ -108,6 +108,19 @@ def test_an_old_saved_fit_loads_and_evaluates(data):
 
 
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_checkpoint_resumed_with_a_constant_rate_names_the_rate_not_a_version(tmp_path, backend):
+    """A learning rate in stages keeps the state in another layout than a constant one: resumed
+    with another rate, the checkpoint is another run's, and the message says so (not that the
+    file comes from another version of the zoo)."""
+    path = tmp_path / "run.zoo"
+    x = zoo.get_model("gmm").make_data(np.random.default_rng(0), 60)["x"]
+    fit = dict(K=2, tol=0.0, progress=False, seed=1, checkpoint=path, resume=True, num_steps=4)
+    inference.fit("gmm", {"x": x}, "svi", backend, lr=[(2, 0.05), (2, 0.01)], **fit)
+    with pytest.raises(inference.CheckpointError, match="another run; its options .*: lr: "):
+        inference.fit("gmm", {"x": x}, "svi", backend, lr=0.05, **fit)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_an_older_checkpoint_of_svi_in_stages_is_refused(tmp_path, backend):
     """``tests/data/staged_svi_v1`` holds checkpoints of SVI in learning-rate stages written
     before such a run's state held the average of its last stage's iterates: they cannot be

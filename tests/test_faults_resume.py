@@ -26,9 +26,9 @@ def responsibilities(x):
     return np.random.default_rng(1).dirichlet(np.ones(2), size=len(x))
 
 
-def _fit(x, backend, path, *, model="gmm", num_steps=2, resume=False, **options):
+def _fit(x, backend, path, *, model="gmm", num_steps=2, resume=False, K=2, **options):
     return inference.fit(
-        model, {"x": x}, "svi", backend, K=2, num_steps=num_steps, tol=0.0, progress=False,
+        model, {"x": x}, "svi", backend, K=K, num_steps=num_steps, tol=0.0, progress=False,
         checkpoint=path, resume=resume, **options,
     )  # fmt: skip
 
@@ -118,9 +118,20 @@ def test_validation_data_removed_or_changed_on_resume_are_refused(tmp_path, x, b
 def test_another_model_option_array_is_refused(tmp_path, x, backend):
     path = tmp_path / "run.zoo"
     _fit(x, backend, path, model="bayesian_gmm", mean_prior=np.zeros(2))
-    with pytest.raises(CheckpointError, match="its config_fingerprint does not match"):
+    with pytest.raises(CheckpointError, match="its model config does not match .*: mean_prior"):
         _fit(x, backend, path, model="bayesian_gmm", num_steps=4, resume=True,
              mean_prior=np.array([0.0, 1e-9]))  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_another_model_option_is_named(tmp_path, x, backend):
+    """The fields of the model's config that differ are named (K, and the weights' prior
+    concentration, whose default is 1 / K)."""
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, model="bayesian_gmm")
+    expected = "its model config does not match this run's: K: 2 there, 4 here, weight_conc"
+    with pytest.raises(CheckpointError, match=expected):
+        _fit(x, backend, path, model="bayesian_gmm", num_steps=4, resume=True, K=4)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

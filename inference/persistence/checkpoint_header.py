@@ -33,6 +33,20 @@ def config_arrays(config) -> dict:
     }
 
 
+def config_summary(config) -> dict:
+    """The model config as a refused resume names what differs (``K: 3 there, 4 here``):
+    numbers, strings and booleans as they are, other values (arrays, tuples) by a fingerprint
+    of their values. The comparison itself is the fingerprint of the whole config."""
+    summary = {}
+    for name, value in config_arrays(config).items():
+        raw = getattr(config, name)
+        if isinstance(raw, np.generic):
+            raw = raw.item()
+        plain = raw is None or isinstance(raw, bool | int | float | str)
+        summary[name] = raw if plain else f"array {fingerprint({'': value})}"
+    return summary
+
+
 def fingerprint(data) -> str:
     """A 16-hex-digit digest of a dict of arrays: their names, shapes and bytes."""
     digest = hashlib.sha256()
@@ -105,6 +119,7 @@ def header(alg, state, problem, record: dict, *, guide, redrawn=(), validation=N
         "processes": state_fact(alg, state, "processes"),
         "data_fingerprint": data_fingerprint,
         "config_fingerprint": fingerprint(config_arrays(problem.config)),
+        "config": config_summary(problem.config),  # to name a field that differs
         # Resume may ask for more steps than the checkpointed run did (training extended).
         "options": {
             k: v
