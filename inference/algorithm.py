@@ -28,7 +28,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from inference.persistence import state_tree
-from zoo.options import check_types
+from zoo.options import check_types, did_you_mean
 from zoo.spec import ModelSpec
 
 
@@ -351,5 +351,6 @@ def check_int(name: str, value, low: int = 1) -> int:
 
 def check_choice(name: str, value, choices) -> Any:
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}; got {value!r}.")
+        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+        raise ValueError(f"{name} must be one of {list(choices)}; got {value!r}.{hint}")
     return value

@@ -49,7 +49,7 @@ from inference.persistence.checkpoint_guard import check_path, exclusive
 from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms, supporting
 from inference.result import FitResult
 from inference.validation import EarlyStopping, Validation
-from zoo import get_model
+from zoo import devices, get_model
 from zoo.options import check_types, did_you_mean
 
 
@@ -257,7 +257,8 @@ def fit(
         from either backend) starts from those values; None uses the model's own seeded
         initialisation.
     dtype : {"float32", "float64"}, optional
-        Default: the model's preference (``spec.dtype``), else the algorithm's.
+        Or the NumPy or torch dtype. Default: the model's preference (``spec.dtype``), else
+        the algorithm's.
     validation_data, validate_every, patience :
         Held-out data (same keys as ``data``) whose per-point ELBO is evaluated every
         ``validate_every`` steps (default: one epoch with ``batch_size``, else 100 steps) into
@@ -434,7 +435,8 @@ def make_problem(
     init : optional
         The starting point, as for :func:`fit`.
     dtype : {"float32", "float64"}, optional
-        Default: the model's preference (``spec.dtype``), else the algorithm's.
+        Or the NumPy or torch dtype. Default: the model's preference (``spec.dtype``), else
+        the algorithm's.
     num_data : int, optional
         With a stream of minibatches: the size of the full data set.
     **options :
@@ -622,7 +624,7 @@ def _make(settings: _Settings, data, *, device, seed, init, dtype, num_data) -> 
         config=spec.prepare(data, **settings.model_options),
         backend=back,
         device=back.resolve_device(device),
-        dtype=dtype or spec.dtype or alg.traits.dtype,
+        dtype=devices.dtype_name(dtype or spec.dtype or alg.traits.dtype),
         seed=int(seed),
         source=source,
         num_steps=int(settings.num_steps),
@@ -811,8 +813,7 @@ def _validation(settings: _Settings, problem, state, results, stopping) -> tuple
         batch_size = getattr(settings.options, "batch_size", None)
         every = problem.num_data // batch_size if batch_size else 100
     held_out = spec.validate_data(stopping.validation_data, "validation_data")
-    if spec.check_data is not None:
-        spec.check_data(held_out, problem.config)
+    spec.check_against_fit(held_out, problem.config, "validation_data")
 
     def validation_elbo(state, rows=None) -> float:
         """Per-point ELBO of the held-out data; one draw per point, the same each time."""

@@ -136,6 +136,17 @@ class FitResult:
         if self.spec is None:  # a result made by hand: its model by name
             self.spec = get_model(self.model)
 
+    def __repr__(self) -> str:
+        """What the run was and how it ended, in one line (the arrays are in ``params``,
+        ``history`` and ``draws``)."""
+        guide = f", guide={self.guide!r}" if self.guide is not None else ""
+        return (
+            f"FitResult(model={self.model!r}, algorithm={self.algorithm!r}, "
+            f"backend={self.backend!r}{guide}, num_data={self.num_data}, "
+            f"num_steps={self.num_steps}, converged={self.converged}, "
+            f"objective_per_point={self.objective_per_point:.6g})"
+        )
+
     @property
     def objective(self) -> float:
         """The last objective, in nats (sum over points).

@@ -552,7 +552,7 @@ def test_nan_guard_keeps_last_good_params(gmm_data, monkeypatch):
     [
         ({"x": np.array([[0.0, 1.0], [np.nan, 1.0], [1.0, np.inf]])}, {}, "rows?\\(s\\): 1, 2"),
         ({"x": np.zeros(5)}, {}, "must have 2 dimensions"),
-        ({"x": np.zeros((5, 2), dtype=int)}, {}, "dtype of kind"),
+        ({"x": np.zeros((5, 2), dtype=complex)}, {}, "must hold floating-point numbers"),
         ({"y": np.zeros((5, 2))}, {}, "missing \\['x'\\]"),
         (None, {"K": 0}, "range \\[1, inf\\)"),
         (None, {"K": 1000}, "exceeds the number of data points"),
@@ -666,3 +666,86 @@ def test_each_plot_panel_spans_its_own_curves():
     y = table.results[0].history["objective"] / 200
     plt.close(fig)
     assert low <= y.min() and high >= y.max() and high - low < 2 * (y.max() - y.min()) + 0.02
+
+
+def test_time_to_target_counts_a_run_that_reached_it_on_the_tables_objective():
+    """A run's time to target is when its history reached the target, if its final objective
+    as the table scores it did; a relaxed guide's history (the relaxed ELBO) tells no time; a
+    run whose history never reached it, but whose returned parameters did, reached it by its
+    end."""
+    from types import SimpleNamespace
+
+    from inference.compare import _add_time_to_target
+
+    spec = zoo.get_model("bayesian_gmm")
+    ramp = np.linspace(-5.0, -3.0, 11) * 10  # per point -5.0 ... -3.0, ten points
+    runs = [  # guide, final objective per point, history per point
+        ("enum", -3.0, ramp),  # the best: reaches -3.01 at its last step
+        ("gumbel", -3.5, ramp),  # its relaxed history crosses the line; its objective does not
+        ("gumbel", -3.005, ramp),  # within the target, but its history is the relaxed ELBO
+        ("enum", -3.005, ramp - 1.0),  # its history (iterates) never did; its parameters did
+        ("enum", -3.2, ramp),  # history crossed (noise), its objective did not
+    ]
+    rows, results = [], []
+    for guide, final, history in runs:
+        rows.append({"model": "bayesian_gmm", "guide": guide, "backend": "numpyro",
+                     "objective_per_point": final})  # fmt: skip
+        time = np.arange(len(history), dtype=float)
+        # (a deterministic algorithm's name: the history is not smoothed)
+        results.append(SimpleNamespace(spec=spec, algorithm="cavi", num_data=10,
+                                       history={"objective": history, "time": time}))  # fmt: skip
+    _add_time_to_target(rows, results)
+    times = [row["time_to_target_s"] for row in rows]
+    assert times[0] == 10.0 and times[3] == 10.0
+    assert all(np.isnan(t) for t in (times[1], times[2], times[4]))
+
+
+def test_integer_data_are_read_as_numbers():
+    """Observations given as integers fit as the same numbers given as floats (scikit-learn
+    reads them so); the dtype may be named by NumPy's or torch's type."""
+    import torch
+
+    x = np.round(zoo.get_model("gmm").make_data(np.random.default_rng(0), 80)["x"] * 10)
+    fit = dict(K=2, num_steps=5, tol=0, progress=False, seed=0)
+    as_ints = inference.fit("gmm", {"x": x.astype(np.int64)}, "em", "numpyro", **fit)
+    as_floats = inference.fit("gmm", {"x": x}, "em", "numpyro", **fit)
+    np.testing.assert_array_equal(as_ints.history["objective"], as_floats.history["objective"])
+    for dtype in (np.float32, torch.float32):
+        assert (
+            inference.fit("gmm", {"x": x}, "em", "pyro", dtype=dtype, **fit).options["dtype"]
+            == "float32"
+        )
+
+
+def test_held_out_data_that_do_not_fit_the_model_are_named_as_given(gmm_data, monkeypatch):
+    """Validation and test data of another width are refused in their own names, test data
+    before any run of a comparison; scoring data with NaN says to drop them, not to refit."""
+    narrow = {"x": gmm_data[:, :1]}
+    with pytest.raises(ValueError, match=r"^validation_data\['x'\] must have 2 columns"):
+        inference.fit("bayesian_gmm", {"x": gmm_data}, "svi", "numpyro", K=2, num_steps=2,
+                      progress=False, validation_data=narrow)  # fmt: skip
+    monkeypatch.setattr(importlib.import_module("inference.compare"), "fit", None)  # no run
+    with pytest.raises(ValueError, match=r"^test_data\['x'\] must have 2 columns"):
+        inference.compare("bayesian_gmm", {"x": gmm_data}, ["cavi"], ["numpyro"], K=2,
+                          test_data=narrow)  # fmt: skip
+    res = inference.fit("gmm", {"x": gmm_data}, "em", "numpyro", K=2, num_steps=2, tol=0,
+                        progress=False)  # fmt: skip
+    with_nan = gmm_data.copy()
+    with_nan[1, 0] = np.nan
+    with pytest.raises(
+        ValueError, match=r"NaN or inf in 1 row\(s\): 1\. Drop or impute them first"
+    ):
+        res.log_marginal_likelihood(with_nan)
+
+
+def test_a_result_and_a_table_show_themselves_briefly(gmm_data):
+    """repr of a fit is one line naming the run and how it ended, not its arrays; a notebook
+    shows a comparison as its markdown table."""
+    res = inference.fit("gmm", {"x": gmm_data}, "em", "numpyro", K=2, progress=False)
+    text = repr(res)
+    assert text.startswith("FitResult(model='gmm', algorithm='em', backend='numpyro', ")
+    assert f"num_steps={res.num_steps}, converged=True" in text and len(text) < 200
+    from inference.compare import Comparison
+
+    table = Comparison(rows=[{"model": "gmm", "algorithm": "em"}], results=[None])
+    assert table._repr_markdown_() == table.to_markdown()

@@ -17,6 +17,8 @@ import warnings
 
 import numpy as np
 
+from zoo.options import did_you_mean
+
 DTYPES = ("float32", "float64")
 
 # XLA's CPU client runs the programs of all its host devices on one pool of threads, sized when
@@ -102,8 +104,23 @@ reserve_host_threads()  # importing the zoo before JAX starts is enough
 
 def check_dtype(dtype: str) -> str:
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {list(DTYPES)}; got {dtype!r}.")
+        hint = did_you_mean(dtype, DTYPES) if isinstance(dtype, str) else ""
+        raise ValueError(f"dtype must be one of {list(DTYPES)}; got {dtype!r}.{hint}")
     return dtype
+
+
+def dtype_name(dtype) -> str:
+    """``dtype`` as the zoo names it, one of ``DTYPES``: from that name, a NumPy dtype or
+    scalar type (``np.float32``) or a torch dtype (``torch.float32``)."""
+    if isinstance(dtype, str):
+        return check_dtype(dtype)
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:  # a torch dtype, which NumPy does not read
+        name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}; got {dtype!r}.")
+    return name
 
 
 #: Why a GPU asked for is not there, by backend.

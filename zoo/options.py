@@ -37,9 +37,20 @@ _PLURALS = {int: "ints", float: "floats", str: "strings", bool: "bools"}
 
 def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
     """`` Did you mean 'x'?`` for the choice closest to a misspelt ``name`` (``prefix`` before
-    it, e.g. ``"--"`` for a flag); empty when none is close."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.75)
+    it, e.g. ``"--"`` for a flag), case and ``-``/``_`` aside (``k`` for ``K``, ``CAVI``);
+    empty when none is close."""
+    choices = [str(choice) for choice in choices]
+    folded = {_folded(choice): choice for choice in choices}
+    if _folded(name) in folded:
+        close = [folded[_folded(name)]]
+    else:
+        close = difflib.get_close_matches(_folded(name), list(folded), n=1, cutoff=0.75)
+        close = [folded[c] for c in close]
     return f" Did you mean {prefix}{close[0]!r}?" if close else ""
+
+
+def _folded(name) -> str:
+    return str(name).lower().replace("-", "_")
 
 
 def describe(value) -> str:
@@ -169,7 +180,8 @@ def check_float(
 def check_choice(name: str, value, choices) -> str:
     """``value`` if it is one of ``choices``."""
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}; got {value!r}.")
+        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+        raise ValueError(f"{name} must be one of {list(choices)}; got {value!r}.{hint}")
     return value
 
 

@@ -22,6 +22,9 @@ BACKENDS = ("pyro", "numpyro")
 #: the checkpoints written before it.
 FROM_DATA = "from_data"
 
+#: numpy's dtype kinds (``DataField.kind``) as an error message names them.
+_KIND_WORDS = {"f": "floating-point", "i": "integer", "u": "unsigned integer", "b": "boolean"}
+
 
 class ModelSpecError(ValueError):
     """A model breaks the zoo's contract; raised when it is registered (or first fetched, for a
@@ -623,6 +626,8 @@ class ModelSpec:
                 raise ValueError(
                     f"{name}[{key!r}] is empty ({contract.doc}); got shape {value.shape}."
                 )
+            if value.dtype.kind in "biu" and contract.kind == "f":
+                value = value.astype(np.float64)  # integers are numbers, as scikit-learn reads them
             if value.dtype.kind not in contract.kind:
                 mixed = (
                     " (numpy could not read every entry as a number: mixed types, None, or "
@@ -630,9 +635,10 @@ class ModelSpec:
                     if value.dtype.kind in "OUS"
                     else ""
                 )
+                kinds = " or ".join(_KIND_WORDS[k] for k in contract.kind)
                 raise ValueError(
-                    f"{name}[{key!r}] must have a dtype of kind {contract.kind!r} "
-                    f"(numpy dtype.kind); got {value.dtype}{mixed}."
+                    f"{name}[{key!r}] must hold {kinds} numbers ({contract.doc}); got dtype "
+                    f"{value.dtype}{mixed}."
                 )
             if value.dtype.kind == "f" and value.dtype.itemsize > 8:
                 raise ValueError(
@@ -645,11 +651,23 @@ class ModelSpec:
                 if bad.any():
                     raise ValueError(
                         f"{name}[{key!r}] contains NaN or inf in "
-                        f"{rows_text(np.nonzero(bad)[0], row_ids)}. Drop or impute them before "
-                        "fitting."
+                        f"{rows_text(np.nonzero(bad)[0], row_ids)}. Drop or impute them first."
                     )
             out[key] = value
         return out
+
+    def check_against_fit(self, data, config, name: str = "data") -> None:
+        """``check_data(data, config)``: new data (validated) fit a model with ``config``; its
+        message names the data as ``name`` where the model's names them ``data``."""
+        if self.check_data is None:
+            return
+        try:
+            self.check_data(data, config)
+        except ValueError as err:
+            text = str(err)
+            if name == "data" or not text.startswith("data["):
+                raise
+            raise ValueError(name + text[len("data") :]) from None
 
     def check_bounds(self, data, config, name: str = "data", row_ids=None) -> None:
         """Every integer field with declared ``bounds`` (:class:`DataField`) holds values in

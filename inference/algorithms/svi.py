@@ -46,6 +46,7 @@ from inference.backends.svi_setup import SVISetup
 from inference.convergence import STOCHASTIC_TOL
 from inference.minibatch import EpochBatches, binarize, check_grey_levels
 from zoo.memory import available_memory, check_fits
+from zoo.options import did_you_mean
 
 #: The objectives SVI maximises (``elbo=``). ``"trace"``: the Monte-Carlo ELBO; ``"meanfield"``:
 #: the ELBO with analytic KL terms where the guide and prior admit one; ``"iwae"``: the
@@ -343,6 +344,7 @@ class SVI(Algorithm):
         if guide not in spec.guides:
             raise ValueError(
                 f"Unknown guide {guide!r} for {spec.name!r}; valid guides are {list(spec.guides)}."
+                + did_you_mean(guide, spec.guides)
             )
         lr = learning_rate.parse(options.lr)
         twin = spec.twin(back.NAME)

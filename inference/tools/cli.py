@@ -33,6 +33,7 @@ from inference.registry import (
 from inference.tools import cli_paths
 from zoo.docstrings import ParameterDoc, parameter_docs, plain
 from zoo.files import atomic_write
+from zoo.options import did_you_mean
 
 #: The exit status of an error in the command's input (argparse's), of an error while it runs,
 #: and of a Ctrl-C (128 + SIGINT, as shells report it).
@@ -95,6 +96,7 @@ def _backend(text: str) -> str:
     if text not in zoo.BACKENDS:
         raise argparse.ArgumentTypeError(
             f"Unknown backend {text!r}; valid backends are {list(zoo.BACKENDS)}."
+            + did_you_mean(text, zoo.BACKENDS)
         )
     return text
 
