@@ -422,7 +422,7 @@ def compare(
         if alg.traits.estimate == "draws" and not isinstance(num_steps, dict):
             steps = None  # a sampler's length is its warm-up and draws
         label = f"{_run_name(alg, guide)} {backend} seed {seed} ({number}/{len(runs)})"
-        with labelled_bar(label):
+        with labelled_bar(label), warnings.catch_warnings(record=True) as said:
             res = fit(
                 target,
                 data,
@@ -433,6 +433,8 @@ def compare(
                 progress=progress,
                 **opts,
             )
+        for warning in said:  # said again naming the run, from the caller's line
+            warnings.warn(f"{label}: {warning.message}", warning.category, stacklevel=2)
         rows.append(_row((alg, target, backend, guide), seed, res, data, test_data, num_samples))
         results.append(res)
     if not rows:

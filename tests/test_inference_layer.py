@@ -749,3 +749,14 @@ def test_a_result_and_a_table_show_themselves_briefly(gmm_data):
 
     table = Comparison(rows=[{"model": "gmm", "algorithm": "em"}], results=[None])
     assert table._repr_markdown_() == table.to_markdown()
+
+
+def test_a_comparisons_warnings_name_the_run_and_the_callers_line(gmm_data):
+    """A run's warning (too few steps to converge) is said naming the run, and points at the
+    line that called compare, not at the comparison's own code."""
+    with pytest.warns(inference.ConvergenceWarning) as said:
+        inference.compare("bayesian_gmm", {"x": gmm_data}, ["cavi"], ["numpyro"], K=2,
+                          num_steps=2)  # fmt: skip
+    (warning,) = [w for w in said if w.category is inference.ConvergenceWarning]
+    assert str(warning.message).startswith("cavi numpyro seed 0 (1/1): cavi on 'bayesian_gmm'")
+    assert warning.filename == __file__
