@@ -470,6 +470,8 @@ def test_fit_model_help_lists_the_models_options(capsys):
     assert "--weight-prior VALUE Prior of the mixture weights" in out
     assert "default: 'dirichlet_process']" in out
     assert "--reg-covar FLOAT" in out and "[float; default: 0.0]" in out
+    # the algorithms that fit this model, not every registered one (em fits its twin)
+    assert "--algorithm {cavi,nuts,svi,svi-natural} one of cavi, nuts, svi, svi-natural" in out
 
 
 def test_help_is_plain_text_and_its_example_option_exists(capsys):

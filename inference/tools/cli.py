@@ -200,6 +200,16 @@ def _metavar(kind: str) -> str:
 
 # Longer than the layer's other functions, and kept whole: a flat declaration of the command
 # line, one add_argument per option, in the order ``--help`` lists them.
+def _fitting(model: str) -> list[str]:
+    """The registered algorithms that fit ``model`` itself, or all of them for a name that is
+    not a registered model (the command's own error says so)."""
+    try:
+        spec = zoo.get_model(model)
+    except ValueError:
+        return list_algorithms()
+    return [name for name in list_algorithms() if get_algorithm(name).supports(spec)]
+
+
 def _parser(model: str | None = None) -> argparse.ArgumentParser:
     """The command line; with ``model``, ``fit`` and ``compare`` list that model's options too
     (for their ``--help``)."""
@@ -263,11 +273,13 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
         if model is not None:
             _add_model_options(p, model)
         if name == "fit":
+            fitting = _fitting(model) if model is not None else algorithms
             p.add_argument(
                 "--algorithm",
                 type=_algorithm,
                 choices=algorithms,
-                help=f"one of {', '.join(algorithms)} (default: the model's own closed-form "
+                metavar="{" + ",".join(fitting) + "}",
+                help=f"one of {', '.join(fitting)} (default: the model's own closed-form "
                 "updates, cavi or em, if it has them, else svi; in general the first "
                 "registered algorithm that fits the model)",
             )
