@@ -3,6 +3,8 @@ differently (starting arrays, validation data, a model option that is an array, 
 data-parallel group) is named in the refusal, and a checkpoint written before a key was
 recorded still resumes the run it was written by."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -191,3 +193,20 @@ def test_an_older_float32_numpyro_checkpoint_with_an_int64_counter_resumes(tmp_p
     resumed = _fit(x, "numpyro", path, num_steps=4, resume=True, dtype="float32")
     uninterrupted = _fit(x, "numpyro", None, num_steps=4, dtype="float32")
     np.testing.assert_array_equal(resumed.history["objective"], uninterrupted.history["objective"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_checkpoint_a_fresh_run_will_replace_is_named_with_the_run_it_holds(tmp_path, x, backend):
+    """resume=False (the default) starts afresh and replaces the checkpoint at its first write:
+    the work in it is lost unless resume=True was meant, so the fit says so, from the caller's
+    line; a resumed fit says nothing of it."""
+    path = tmp_path / "run.zoo"
+    _fit(x, backend, path, num_steps=3)
+    with pytest.warns(
+        UserWarning, match=r"holds a run of 'svi' on 'gmm' at step 3; this fit"
+    ) as said:
+        _fit(x, backend, path, num_steps=2)
+    assert [w.filename for w in said if "holds a run" in str(w.message)] == [__file__]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*holds a run")
+        _fit(x, backend, path, num_steps=4, resume=True)

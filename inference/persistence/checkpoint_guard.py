@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import time
+import warnings
 
 from inference.persistence.checkpoint import CheckpointError, read_header
 from zoo.files import remove_stale_temporaries, unwritable_reason
@@ -75,16 +76,33 @@ def check_path(path, *, resume: bool) -> str:
         raise ValueError(f"checkpoint={path!r}: {reason}.")
     if os.path.exists(path) and not resume:
         try:
-            kind = read_header(path).get("kind")
+            header = read_header(path)
         except CheckpointError:
-            kind = None
+            header = {}
+        kind = header.get("kind")
         if kind != "checkpoint":
             what = "a saved fit" if kind == "fit_result" else "not a checkpoint of this project"
             raise CheckpointError(
                 f"checkpoint={path!r} is an existing file that is {what}; it is not "
                 "overwritten. Name another file, or delete this one."
             )
+        _warn_of_replacing(path, header)
     return path
+
+
+def _warn_of_replacing(path: str, header: dict) -> None:
+    """A checkpoint that a run started afresh (``resume=False``) will replace: said, with the run
+    it holds, because the work in it is lost unless ``resume=True`` was meant."""
+    held = f"a run of {header.get('algorithm')!r} on {header.get('model')!r}"
+    if isinstance(header.get("step"), int):
+        held += f" at step {header['step']}"
+    warnings.warn(
+        f"checkpoint={path!r} holds {held}; this fit starts afresh (resume=False) and "
+        "replaces it at its first checkpoint. Pass resume=True to continue that run, or name "
+        "another file.",
+        UserWarning,
+        stacklevel=6,  # past check_path, fit's checks, fit and its one-at-a-time guard
+    )
 
 
 #: The real paths of the checkpoints this process's fits hold, with their owner records.
