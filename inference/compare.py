@@ -408,8 +408,7 @@ def compare(
     if test_data is None:
         test_data = data
     else:  # named as the caller's, and checked against the model the data make, before any fit
-        mine = {k: v for k, v in options.items() if k in model_options(spec)}
-        config = spec.prepare(spec.validate_data(data), **mine)
+        _, config = _data_and_config(spec, data, options)
         spec.check_against_fit(spec.validate_data(test_data, "test_data"), config, "test_data")
     plan = _plan_runs(algs, [spec, *twins], backends, guides, options)
     if plan:
@@ -683,12 +682,23 @@ def _check_reference(reference, spec, data) -> None:
         )
 
 
+def _data_and_config(spec, data, options) -> tuple[dict, object]:
+    """The comparison's data as validated, and the config of ``spec`` that they and the model's
+    options among ``options`` make."""
+    given = spec.validate_data(data)
+    return given, spec.prepare(given, **_model_options_of(spec, options))
+
+
+def _model_options_of(spec, options) -> dict:
+    """The options among ``options`` that are the model's (its ``prepare``'s)."""
+    return {k: v for k, v in options.items() if k in model_options(spec)}
+
+
 def _reference_draws(reference, spec, data, rows, results, backends, options, progress):
     """Draws of the reference posterior, as ``sample_posterior`` names them."""
-    model_opts = {k: v for k, v in options.items() if k in model_options(spec)}
+    model_opts = _model_options_of(spec, options)
     if reference == "exact":
-        given = spec.validate_data(data)
-        config = spec.prepare(given, **model_opts)
+        given, config = _data_and_config(spec, data, options)
         rng = np.random.default_rng(0)
         raw = spec.exact_posterior(given, config)
         return spec.sample_posterior(raw, config, "exact", rng, REFERENCE_DRAWS)

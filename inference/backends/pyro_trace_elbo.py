@@ -46,11 +46,7 @@ class JitTraceELBO(JitTrace_ELBO):
             self = weakself()
             loss = surrogate = None
             for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-                particle = _particle_loss(model_trace, guide_trace)
-                if _reparameterised(guide_trace):
-                    surrogate_particle = particle
-                else:
-                    surrogate_particle = _surrogate_particle_loss(model_trace, guide_trace)
+                particle, surrogate_particle = _particle_losses(model_trace, guide_trace)
                 if self.num_particles > 1:
                     particle = particle / self.num_particles
                     surrogate_particle = surrogate_particle / self.num_particles
@@ -65,34 +61,22 @@ def _sample_sites(trace):
     return [site for site in trace.nodes.values() if site["type"] == "sample"]
 
 
-def _particle_loss(model_trace, guide_trace):
-    """The particle's negative ELBO, ``sum log q - sum log p``, from its first term."""
-    loss = None
+def _particle_losses(model_trace, guide_trace):
+    """The particle's loss (the negative ELBO, ``sum log q - sum log p``) and surrogate loss,
+    as ``JitTrace_ELBO`` computes them, each summed from its first term; one tensor for both
+    where every guide site is reparameterised. The model's terms, which both begin with, are
+    summed once."""
+    model_terms = None
     for site in _sample_sites(model_trace):
-        loss = _minus(loss, site["log_prob_sum"])
-    for site in _sample_sites(guide_trace):
+        model_terms = _minus(model_terms, site["log_prob_sum"])
+    guide_sites = _sample_sites(guide_trace)
+    loss = model_terms
+    for site in guide_sites:
         loss = _plus(loss, site["log_prob_sum"])
-    return loss
-
-
-def _reparameterised(guide_trace) -> bool:
-    """Whether every guide site's score parts are a reparameterised site's: no score-function
-    term, and the log-density as the entropy term (which it is, in Pyro's ``score_parts``,
-    wherever the score-function term is zero)."""
-    return all(
-        is_identically_zero(site["score_parts"].score_function)
-        and not is_identically_zero(site["score_parts"].entropy_term)
-        for site in _sample_sites(guide_trace)
-    )
-
-
-def _surrogate_particle_loss(model_trace, guide_trace):
-    """Pyro's surrogate loss of a particle whose guide has score-function terms (as
-    ``JitTrace_ELBO`` computes it, summed from its first term)."""
-    surrogate, log_r = None, None
-    for site in _sample_sites(model_trace):
-        surrogate = _minus(surrogate, site["log_prob_sum"])
-    for site in _sample_sites(guide_trace):
+    if _reparameterised(guide_sites):
+        return loss, loss
+    surrogate, log_r = model_terms, None
+    for site in guide_sites:
         _, score_function, entropy_term = site["score_parts"]
         if not is_identically_zero(entropy_term):
             surrogate = _plus(surrogate, entropy_term.sum())
@@ -101,4 +85,15 @@ def _surrogate_particle_loss(model_trace, guide_trace):
                 log_r = _compute_log_r(model_trace, guide_trace)
             weight = log_r.sum_to(site["cond_indep_stack"])
             surrogate = _minus(surrogate, (weight * score_function).sum())
-    return surrogate
+    return loss, surrogate
+
+
+def _reparameterised(guide_sites) -> bool:
+    """Whether every guide site's score parts are a reparameterised site's: no score-function
+    term, and the log-density as the entropy term (which it is, in Pyro's ``score_parts``,
+    wherever the score-function term is zero)."""
+    return all(
+        is_identically_zero(site["score_parts"].score_function)
+        and not is_identically_zero(site["score_parts"].entropy_term)
+        for site in guide_sites
+    )

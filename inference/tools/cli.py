@@ -198,18 +198,17 @@ def _metavar(kind: str) -> str:
     return first.upper() if first in ("int", "float", "str", "bool") else "VALUE"
 
 
-# Longer than the layer's other functions, and kept whole: a flat declaration of the command
-# line, one add_argument per option, in the order ``--help`` lists them.
 def _fitting(model: str) -> list[str]:
     """The registered algorithms that fit ``model`` itself, or all of them for a name that is
     not a registered model (the command's own error says so)."""
     try:
-        spec = zoo.get_model(model)
+        return supporting(zoo.get_model(model))
     except ValueError:
         return list_algorithms()
-    return [name for name in list_algorithms() if get_algorithm(name).supports(spec)]
 
 
+# Longer than the layer's other functions, and kept whole: a flat declaration of the command
+# line, one add_argument per option, in the order ``--help`` lists them.
 def _parser(model: str | None = None) -> argparse.ArgumentParser:
     """The command line; with ``model``, ``fit`` and ``compare`` list that model's options too
     (for their ``--help``)."""
