@@ -101,16 +101,21 @@ def test_the_vae_at_its_defaults_does_not_diverge(backend):
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_svi_at_its_defaults_reaches_cavis_elbo(blobs, backend):
     """The enumerated guide's ELBO, at SVI's default schedule and stopping rule, is within
-    0.002 nats per point of CAVI's optimum (measured: 0.004 above it on both backends, the
-    assignments summed out). The run takes about 10,000 steps (35 s on Pyro, 8 s on NumPyro)."""
+    0.002 nats per point of that of CAVI's optimum, both with the assignments summed out
+    (measured with 1,000 draws each: 0.0009 (Pyro) and 0.0006 (NumPyro) below it; CAVI's own
+    mean-field ELBO is 0.005 below it). The run takes about 10,000 steps (35 s on Pyro, 8 s on
+    NumPyro)."""
+    from inference.algorithms.closed_form import summed_out_elbo
     from inference.algorithms.svi import enumerated_elbo
 
     options = dict(K=3, weight_prior="dirichlet_distribution")
     cavi = inference.fit("bayesian_gmm", blobs, "cavi", backend, progress=False, **options)
     res, caught = _fit_quietly("bayesian_gmm", blobs, "svi", backend, **options)
     assert res.converged and not caught
-    elbo = enumerated_elbo(res, blobs, num_particles=100) / len(blobs["x"])
-    assert elbo > cavi.objective_per_point - 0.002, (elbo, cavi.objective_per_point)
+    n = len(blobs["x"])
+    elbo = enumerated_elbo(res, blobs, num_particles=1000) / n
+    optimum = summed_out_elbo(cavi, blobs, num_samples=1000) / n
+    assert elbo > optimum - 0.002, (elbo, optimum)
 
 
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])

@@ -22,7 +22,10 @@ xp)`` (a mixture's cache of each minibatch is centred where the first was: ``ini
 config, xp, shift)``; see ``zoo/bayesian_gmm/closed_form.py`` and the extending example's
 Bayesian linear regression). ``exact_elbo(raw, config, chunks, xp, asarray)``, where a module
 defines it, evaluates a fit's ELBO over data read in chunks
-(``inference.algorithms.svi_natural.full_elbo``).
+(``inference.algorithms.svi_natural.full_elbo``). ``global_kl(raw, config, xp, asarray)``, where
+a module of updates that ascend the ELBO defines it, is KL(q(theta) || p(theta)) of a fit's
+global factors: with it a comparison scores the fit by its ELBO with the discrete latents
+summed out, as it scores SVI's guides (``inference.algorithms.closed_form.summed_out_elbo``).
 """
 
 from __future__ import annotations
@@ -201,3 +204,13 @@ class ClosedFormUpdates:
         chunks of the data (dicts of numpy arrays), with q(z) optimal given the globals;
         ``asarray`` puts a numpy array on the backend of ``config`` and ``xp``."""
         return self.load().exact_elbo(raw, config, rows, xp, asarray)
+
+    @property
+    def has_global_kl(self) -> bool:
+        """Whether the module defines ``global_kl`` (see the module)."""
+        return callable(getattr(self.load(), "global_kl", None))
+
+    def global_kl(self, raw: dict, config, xp, asarray) -> float:
+        """KL(q(theta) || p(theta)) in nats of the fitted global factors ``raw``; ``asarray``
+        puts a numpy array on the backend of ``config`` and ``xp``."""
+        return self.load().global_kl(raw, config, xp, asarray)

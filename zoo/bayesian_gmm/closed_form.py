@@ -302,6 +302,32 @@ def exact_elbo(raw: dict, config, chunks, xp, asarray) -> float:
     fitted globals ``raw`` (``raw_params``), with q(z) optimal given them; ``asarray`` puts a
     numpy array on the backend. The globals are centred on the fitted means' mean (any centre
     gives the same ELBO)."""
+    shift, q = _centred_factors(raw, asarray)
+    state, total, kl = None, 0.0, 0.0
+    for rows in chunks:
+        cache = init_cache(asarray(rows["x"]), config, xp, asarray(shift))
+        if state is None:
+            state = {"q": q, "theta": log_rho_coefficients(q, cache, config, xp)}
+        part, kl = elbo_terms(state, cache, config, xp)
+        total += float(part)
+    return total - float(kl)
+
+
+def global_kl(raw: dict, config, xp, asarray) -> float:
+    """KL(q(pi) prod_k q(mu_k, Lambda_k) || p(pi) prod_k p(mu_k, Lambda_k)) in nats, of the
+    fitted globals ``raw`` (``raw_params``): the ELBO with ``z`` summed out is the expected
+    log-likelihood under these factors minus this, a bound at least as high as the mean-field
+    ELBO, whose q(z) is one of the choices the sum improves on."""
+    shift, q = _centred_factors(raw, asarray)
+    # The cache of one row at the centre: the KL reads only the priors, moved to that centre.
+    cache = init_cache(asarray(shift[None]), config, xp, asarray(shift))
+    dg = digammas(q, cache, config, xp)
+    return float(kl_weights(q, config, xp, dg) + kl_normal_wishart(q, cache, config, xp, dg))
+
+
+def _centred_factors(raw: dict, asarray):
+    """``(shift, q)``: the fitted globals ``raw`` as the updates' factors ``q`` (backend
+    arrays), their means centred on the fitted means' mean ``shift`` (numpy)."""
     shift = np.asarray(raw["mean_loc"]).mean(axis=0)
     tril = np.asarray(raw["scale_tril"])
     q = {
@@ -314,15 +340,7 @@ def exact_elbo(raw: dict, config, chunks, xp, asarray) -> float:
     for key in ("stick_a", "stick_b", "weight_concentration"):
         if key in raw:
             q[key] = raw[key]
-    q = {k: asarray(v) for k, v in q.items()}
-    state, total, kl = None, 0.0, 0.0
-    for rows in chunks:
-        cache = init_cache(asarray(rows["x"]), config, xp, asarray(shift))
-        if state is None:
-            state = {"q": q, "theta": log_rho_coefficients(q, cache, config, xp)}
-        part, kl = elbo_terms(state, cache, config, xp)
-        total += float(part)
-    return total - float(kl)
+    return shift, {k: asarray(v) for k, v in q.items()}
 
 
 def guide_init(raw: dict, resp) -> dict:
