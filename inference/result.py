@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +152,11 @@ class FitResult:
     def objective(self) -> float:
         """The last objective, in nats (sum over points).
 
-        The ELBO, or the log-likelihood for EM; NaN when the run took no step.
+        The ELBO, or the log-likelihood for EM; NaN when the run took no step. It is what the
+        run ascended at its last step: CAVI's mean-field ELBO (exact), and for a stochastic
+        algorithm (SVI) that step's Monte-Carlo estimate at the last iterate, not a figure of
+        the returned parameters (SVI in stages returns the average of its last stage's
+        iterates). :func:`inference.compare` scores every run afresh on one objective.
 
         Examples
         --------
@@ -526,8 +531,9 @@ class FitResult:
         data : dict of str to array-like, or array-like, optional
             Data whose pointwise log-likelihood goes into the ``log_likelihood`` group (one
             variable named by the model's data keys, e.g. ``"x"``) and ``observed_data``;
-            default: the training data when this result holds them (a loaded result does
-            not), else no such groups.
+            default: the training data when this result holds them, else no such groups (a
+            loaded result does not hold them: it warns, since ``az.loo`` and ``az.waic`` need
+            the ``log_likelihood`` group).
 
         Returns
         -------
@@ -569,7 +575,14 @@ class FitResult:
             draws = self.sample_posterior(num_samples, seed)
             posterior = {k: v[None] for k, v in draws.items()}
         data = self.data if data is None else data
-        if data is not None:
+        if data is None:
+            warnings.warn(
+                "to_arviz(): no log_likelihood group, since this result does not hold its "
+                "training data (a loaded fit); pass data=... for az.loo or az.waic.",
+                UserWarning,
+                stacklevel=2,
+            )
+        else:
             data = self._checked(data)
             pointwise = spec.log_likelihood(draws, data)
             # One variable, the likelihood of a whole datum, named by the model's data keys.

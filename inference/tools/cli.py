@@ -496,9 +496,14 @@ def _print_fit(res, out, as_json: bool) -> None:
     if as_json:
         print(json.dumps(out, indent=2))
     else:
+        # A stochastic algorithm's last objective is its last step's Monte-Carlo estimate, at
+        # the last iterate: said, so that it is not read as the returned fit's exact figure.
+        estimate = (
+            "; the last step's estimate" if get_algorithm(res.algorithm).traits.stochastic else ""
+        )
         print(
             f"{res.model} / {res.algorithm} / {res.backend}: objective "
-            f"{res.objective:.4f} nats ({res.objective_per_point:.4f} per point) "
+            f"{res.objective:.4f} nats ({res.objective_per_point:.4f} per point{estimate}) "
             f"after {res.num_steps} steps, converged={res.converged}"
         )
         for k, v in res.params.items():
