@@ -117,6 +117,10 @@ def unconverged_message(
     )
 
 
+#: Draws per chain below which ArviZ computes no r-hat or ESS (its shape check).
+MIN_DRAWS_FOR_DIAGNOSTICS = 4
+
+
 def nuts_problems(summary, divergences: int, num_chains: int) -> list[str]:
     """What fails in a sampler's diagnostics (ArviZ's ``summary`` table, with ``r_hat`` and
     ``ess_bulk`` columns): r-hat above 1.01, bulk ESS below 100 per chain (Vehtari et al.
@@ -133,8 +137,12 @@ def nuts_problems(summary, divergences: int, num_chains: int) -> list[str]:
         worst = summary["ess_bulk"].idxmin()
         problems.append(f"bulk ESS {ess:.0f} < {100 * num_chains} (100 per chain, at {worst})")
     if divergences:
-        problems.append(f"{divergences} divergent transitions after warm-up")
+        problems.append(divergence_problem(divergences))
     return problems
+
+
+def divergence_problem(divergences: int) -> str:
+    return f"{divergences} divergent transitions after warm-up"
 
 
 def draw_problems(result) -> list[str]:
@@ -143,6 +151,15 @@ def draw_problems(result) -> list[str]:
     for a result without draws."""
     if not result.draws:
         return []
+    num_chains, per_chain = next(iter(result.draws.values())).shape[:2]
+    divergences = int(np.sum(result.sample_stats.get("diverging", 0)))
+    if per_chain < MIN_DRAWS_FOR_DIAGNOSTICS:
+        # Said here: ArviZ would give NaN for both, and log a line of its own.
+        too_few = (
+            f"{per_chain} draws per chain, too few for r-hat and bulk ESS (they need at "
+            f"least {MIN_DRAWS_FOR_DIAGNOSTICS})"
+        )
+        return [too_few] + ([divergence_problem(divergences)] if divergences else [])
     import warnings
 
     import arviz as az
@@ -152,6 +169,4 @@ def draw_problems(result) -> list[str]:
     with warnings.catch_warnings():  # r-hat of one chain, ESS of a constant: NaN, said here
         warnings.simplefilter("ignore")
         summary = az.summary(az.from_dict(posterior=result.draws), kind="diagnostics")
-    divergences = int(np.sum(result.sample_stats.get("diverging", 0)))
-    num_chains = next(iter(result.draws.values())).shape[0]
     return nuts_problems(summary, divergences, num_chains)

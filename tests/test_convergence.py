@@ -186,6 +186,18 @@ def test_a_short_nuts_run_warns(blobs, backend):
     assert "num_warmup, num_draws" in str(caught[0].message)
 
 
+def test_a_nuts_run_of_fewer_than_four_draws_says_so_in_its_warning_alone(blobs, capfd):
+    """ArviZ computes no r-hat or ESS from fewer than 4 draws per chain and logs a line of its
+    own to stderr: the run's one warning says it, and nothing else is printed."""
+    res, caught = _fit_quietly(
+        "bayesian_gmm", blobs, "nuts", "pyro", K=2, num_chains=1, num_warmup=3, num_draws=3,
+        max_tree_depth=2,
+    )  # fmt: skip
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert "3 draws per chain, too few for r-hat and bulk ESS" in str(caught[0].message)
+    assert "Shape validation" not in capfd.readouterr().err
+
+
 def test_a_run_long_enough_for_the_rule_says_it_was_still_rising(blobs):
     """Natural-gradient SVI checks SVI's rule once at 1,000 steps (two windows of 500): a run
     that ends there unconverged says its objective was still rising, and what to change."""

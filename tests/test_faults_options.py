@@ -432,6 +432,12 @@ def test_degenerate_data_name_the_data_not_the_prior():
     for data, message in (
         ({"x": GMM_X[:1]}, r"data\['x'\] has 1 row; .* needs at least 2 rows"),
         ({"x": GMM_X * 1e200}, r"values up to .*e\+200, whose squares overflow float64"),
+        # Not "linear combinations of others": the covariance underflows to zero.
+        (
+            {"x": GMM_X * 1e-200},
+            r"column\(s\) \[0, 1\] .* vary by at most .*e-19\d, whose squares "
+            r"underflow float64",
+        ),
     ):
         with pytest.raises(ValueError, match=message) as info:
             _fit("bayesian_gmm", "cavi", "pyro", data=data, K=1)

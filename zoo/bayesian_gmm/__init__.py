@@ -94,12 +94,23 @@ def _check_data_scale(x, need_covariance: bool) -> None:
 
 def check_squares(x, where: str) -> None:
     """Refuse data whose squares (summed over the rows) overflow float64 ``where`` they are
-    taken: a mixture's updates and its k-means start would compute with infinities."""
+    taken, or whose spread squared underflows: a mixture's updates and its k-means start
+    would compute with infinities, or with zeros where a column varies."""
     largest = float(np.max(np.abs(x)))
     if largest > np.sqrt(np.finfo(np.float64).max / len(x)):
         raise ValueError(
             f"data['x'] holds values up to {largest:.3g}, whose squares overflow float64 "
             f"({where}); rescale the data, e.g. standardise each column."
+        )
+    spread = np.ptp(x, axis=0)
+    # A column that varies by less than the square root of the smallest normal float64 has
+    # squared deviations of zero or subnormal: its covariance is 0 to float64.
+    tiny = [int(j) for j in np.flatnonzero((spread > 0) & (spread < np.sqrt(np.finfo(float).tiny)))]
+    if tiny:
+        raise ValueError(
+            f"column(s) {tiny} of data['x'] vary by at most {float(spread[tiny].max()):.3g}, "
+            f"whose squares underflow float64 ({where}); rescale the data, e.g. standardise "
+            "each column."
         )
 
 
