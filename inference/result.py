@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,10 +152,11 @@ class FitResult:
         """The last objective, in nats (sum over points).
 
         The ELBO, or the log-likelihood for EM; NaN when the run took no step. It is what the
-        run ascended at its last step: CAVI's mean-field ELBO (exact), and for a stochastic
-        algorithm (SVI) that step's Monte-Carlo estimate at the last iterate, not a figure of
-        the returned parameters (SVI in stages returns the average of its last stage's
-        iterates). :func:`inference.compare` scores every run afresh on one objective.
+        run ascended at its last step: CAVI's mean-field ELBO, of the returned parameters; for
+        a stochastic algorithm (SVI), that step's objective before its update, a Monte-Carlo
+        estimate unless the guide draws nothing at random, and not a score of the returned
+        parameters (SVI in stages returns the average of its last stage's iterates).
+        :func:`inference.compare` scores every run afresh on one objective.
 
         Examples
         --------
@@ -531,9 +531,9 @@ class FitResult:
         data : dict of str to array-like, or array-like, optional
             Data whose pointwise log-likelihood goes into the ``log_likelihood`` group (one
             variable named by the model's data keys, e.g. ``"x"``) and ``observed_data``;
-            default: the training data when this result holds them, else no such groups (a
-            loaded result does not hold them: it warns, since ``az.loo`` and ``az.waic`` need
-            the ``log_likelihood`` group).
+            default: the training data when this result holds them, else no such groups. A
+            loaded result, or one fitted on a stream, does not hold them: pass them for
+            ``az.loo`` and ``az.waic``, which read the ``log_likelihood`` group.
 
         Returns
         -------
@@ -575,14 +575,7 @@ class FitResult:
             draws = self.sample_posterior(num_samples, seed)
             posterior = {k: v[None] for k, v in draws.items()}
         data = self.data if data is None else data
-        if data is None:
-            warnings.warn(
-                "to_arviz(): no log_likelihood group, since this result does not hold its "
-                "training data (a loaded fit); pass data=... for az.loo or az.waic.",
-                UserWarning,
-                stacklevel=2,
-            )
-        else:
+        if data is not None:
             data = self._checked(data)
             pointwise = spec.log_likelihood(draws, data)
             # One variable, the likelihood of a whole datum, named by the model's data keys.

@@ -219,14 +219,15 @@ def test_fit_defaults_to_the_models_first_algorithm(capsys, model):
     assert fitted["algorithm"] == {"vae": "svi", "gmm": "em"}[model]
 
 
-def test_a_stochastic_fits_objective_is_called_an_estimate(capsys):
-    """SVI's last objective is its last step's Monte-Carlo estimate; EM's is exact."""
+def test_a_stochastic_fits_printed_objective_says_whose_it_is(capsys):
+    """SVI's last objective is its last step's, not a score of the parameters it returns;
+    EM's is the returned fit's."""
     for algorithm, estimate in (("svi", True), ("em", False)):
         args = ["fit", "gmm", "--algorithm", algorithm, "--backend", "pyro", "--num-steps", "3"]
         assert main([*args, "--tol", "0"]) == 0
         line = capsys.readouterr().out.splitlines()[0]
         assert line.startswith(f"gmm / {algorithm} / pyro: objective")
-        assert ("per point; the last step's estimate)" in line) == estimate, line
+        assert ("per point; the last step's, not the returned fit's)" in line) == estimate, line
 
 
 def test_save_writes_the_fit_and_a_failed_write_keeps_the_result(workdir, capsys, monkeypatch):

@@ -3,6 +3,8 @@ scores CAVI and natural-gradient VI by, as it scores SVI's guides."""
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -69,11 +71,16 @@ def test_global_kl_is_the_kl_of_torchs_densities(gmm_data, weight_prior):
     assert abs(kl - estimate) < 5 * error, (kl, estimate, error)
 
 
+@pytest.mark.parametrize("weight_prior", ["dirichlet_process", "dirichlet_distribution"])
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
-def test_with_one_component_the_summed_out_elbo_is_the_mean_field_elbo(gmm_data, backend):
+def test_with_one_component_the_summed_out_elbo_is_the_mean_field_elbo(
+    gmm_data, backend, weight_prior
+):
     """With K=1 there is nothing to sum over: q(z) is exact, so both bounds are one number
-    (the summed-out one a Monte-Carlo estimate of it)."""
-    res = _cavi(gmm_data, backend, K=1, weight_prior="dirichlet_distribution")
+    (the summed-out one a Monte-Carlo estimate of it). With stick-breaking weights the one
+    stick's mass is the model's weight, not renormalised to 1 as a predictive density's is
+    (which scored 0.97 nats too high here)."""
+    res = _cavi(gmm_data, backend, K=1, weight_prior=weight_prior)
     estimate = summed_out_elbo(res, {"x": gmm_data}, num_samples=4000, seed=0)
     assert abs(estimate - res.objective) < 0.15, (estimate, res.objective)
 
@@ -87,7 +94,7 @@ def test_with_several_components_it_is_the_higher_bound_and_the_backends_agree(g
         res = _cavi(gmm_data, backend, K=3)
         scores.append(summed_out_elbo(res, {"x": gmm_data}, num_samples=2000, seed=0))
         assert scores[-1] > res.objective + 0.1, (scores[-1], res.objective)
-    np.testing.assert_allclose(scores[0], scores[1], rtol=1e-10)
+    np.testing.assert_allclose(scores[0], scores[1], rtol=1e-8)
 
 
 def test_a_comparison_scores_closed_form_posteriors_by_the_summed_out_elbo():
@@ -99,6 +106,11 @@ def test_a_comparison_scores_closed_form_posteriors_by_the_summed_out_elbo():
     assert _scoring(get_algorithm("svi-natural"), bayesian, "numpyro", None) == "summed-out"
     assert _scoring(get_algorithm("em"), gmm, "pyro", None) == "last"
     assert _scoring(get_algorithm("svi"), bayesian, "pyro", "enum") == "enumerated"
+    # An algorithm of the older contract that names its own posterior family: not CAVI's.
+    older = types.SimpleNamespace(
+        traits=get_algorithm("cavi").traits, posterior_family=lambda result: "its own"
+    )
+    assert _scoring(older, bayesian, "pyro", None) == "last"
 
 
 def test_the_comparison_row_of_cavi_is_its_summed_out_elbo(gmm_data):
@@ -111,7 +123,16 @@ def test_the_comparison_row_of_cavi_is_its_summed_out_elbo(gmm_data):
     assert row["objective_per_point"] > res.objective_per_point
 
 
-def test_a_model_without_a_kl_of_its_factors_is_refused_by_name(gmm_data):
+def test_what_cannot_be_scored_so_is_refused_by_name(gmm_data):
     res = inference.fit("gmm", {"x": gmm_data}, "em", "numpyro", K=2, progress=False)
     with pytest.raises(ValueError, match="'gmm' defines no global_kl"):
         summed_out_elbo(res, {"x": gmm_data})
+    svi = inference.fit(
+        "bayesian_gmm", {"x": gmm_data}, "svi", "numpyro", K=2, num_steps=2, tol=0,
+        progress=False,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="family 'enum', not that of the closed-form updates"):
+        summed_out_elbo(svi, {"x": gmm_data})
+    cavi = _cavi(gmm_data, K=2)
+    with pytest.raises(ValueError, match="columns"):  # data of another width
+        summed_out_elbo(cavi, {"x": gmm_data[:, :1]})

@@ -496,10 +496,14 @@ def _print_fit(res, out, as_json: bool) -> None:
     if as_json:
         print(json.dumps(out, indent=2))
     else:
-        # A stochastic algorithm's last objective is its last step's Monte-Carlo estimate, at
-        # the last iterate: said, so that it is not read as the returned fit's exact figure.
+        # A stochastic algorithm's last objective is its last step's, taken before that step's
+        # update (a Monte-Carlo estimate unless the guide draws nothing at random), and SVI in
+        # stages returns the average of its last stage's iterates: said, so that it is not read
+        # as a score of the returned fit.
         estimate = (
-            "; the last step's estimate" if get_algorithm(res.algorithm).traits.stochastic else ""
+            "; the last step's, not the returned fit's"
+            if get_algorithm(res.algorithm).traits.stochastic
+            else ""
         )
         print(
             f"{res.model} / {res.algorithm} / {res.backend}: objective "

@@ -18,11 +18,13 @@ def _stick_breaking(sticks):
     return sticks * np.exp(np.concatenate([np.zeros_like(sticks[..., :1]), log_rest[..., :-1]], -1))
 
 
-def sample_posterior(params, config, family, rng, num_samples):
+def sample_posterior(params, config, family, rng, num_samples, renormalise: bool = True):
     """Draws of ``weights`` (S, K), ``means`` (S, K, D), ``precisions`` (S, K, D, D).
 
     ``family`` is ``"cavi"`` (mu_k | Lambda_k Normal-Wishart) or a fixed-form guide name (mu_k and
-    Lambda_k independent). Stick-breaking weights are renormalised over the K components kept.
+    Lambda_k independent). Stick-breaking weights are renormalised over the K components kept,
+    as a predictive density needs; ``renormalise=False`` keeps them as the model's likelihood
+    and ELBOs read them, the truncation's mass beyond K left out.
     """
     import scipy.stats  # here, not at the top: it takes most of a second to import
 
@@ -33,7 +35,8 @@ def sample_posterior(params, config, family, rng, num_samples):
         )
     else:
         weights = rng.dirichlet(params["weight_concentration"], size=S)
-    weights = weights / weights.sum(-1, keepdims=True)
+    if renormalise:
+        weights = weights / weights.sum(-1, keepdims=True)
     tril, dof, means = params["scale_tril"], params["dof"], params["mean_loc"]
     K, d = means.shape
     precisions = np.stack(
