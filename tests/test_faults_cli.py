@@ -114,7 +114,7 @@ CASES = [
     ("unknown guide", [*FIT, "--guide", "gumbel"], "--guide", True),
     ("guide for em", [*FIT, "--algorithm", "em", "--guide", "enum"], "guide", False),
     ("unknown device", [*FIT, "--backend", "pyro", "--device", "tpu:7"], "'tpu:7'", False),
-    ("unknown option", [*FIT, "--bogus", "1"], "'bogus'", False),
+    ("unknown option", [*FIT, "--bogus", "1"], "--bogus is not an option", False),
     ("option of the wrong type", [*FIT, "--K", "abc"], "K must be an int", False),
     ("option out of range", [*FIT, "--K", "0"], "K must be an int", False),
     ("algorithm option out of range", [*FIT, "--algorithm", "svi", "--lr", "-1"], "lr", False),
@@ -340,16 +340,19 @@ def test_a_networks_weights_are_shown_by_their_shape(capsys):
     [
         (["fit", "bayesian-gmm"], "Did you mean 'bayesian_gmm'?"),
         (["fit", "bayesian_gmm", "--algorithm", "cav"], "Did you mean 'cavi'?"),
-        (["fit", "bayesian_gmm", "--algoritm", "cavi"], "Did you mean 'algorithm'?"),
-        (["fit", "gmm", "--num-step", "3"], "Did you mean 'num_steps'?"),
-        (["fit", "gmm", "--reg-covr", "0.1"], "Did you mean 'reg_covar'?"),
+        # Options in the shell's spelling, before the data are read.
+        (["fit", "bayesian_gmm", "--algoritm", "cavi"], "Did you mean '--algorithm'?"),
+        (["fit", "gmm", "--num-step", "3"], "Did you mean '--num-steps'?"),
+        (["fit", "gmm", "--reg-covr", "0.1"], "Did you mean '--reg-covar'?"),
+        (["fit", "bayesian_gmm", "--k", "3"], "Did you mean '--K'?"),
+        (["compare", "bayesian_gmm", "--weight-prio", "x"], "Did you mean '--weight-prior'?"),
         (["compare", "gmm", "--algorithms", "emm"], "Did you mean 'em'?"),
     ],
 )
 def test_a_close_miss_is_answered_with_a_suggestion(capsys, argv, suggestion):
-    assert main(argv) == 2  # options are checked by fit before its first step
+    assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "zoo: error:" in err and err.strip().endswith(suggestion)
+    assert "zoo: error:" in err and suggestion in err
 
 
 def test_save_says_where_it_wrote(workdir, capsys):

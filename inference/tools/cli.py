@@ -159,6 +159,32 @@ def _extra_options(args, extra: list[str]) -> dict:
     return opts
 
 
+def _check_option_names(command: str, spec, options: dict) -> None:
+    """An option that neither the model (nor its maximum-likelihood twin, for a comparison),
+    nor any algorithm, nor the command's function takes is refused in the shell's words, with
+    the flag meant where one is close; which algorithm takes which option is left to the fit."""
+    specs = [spec]
+    if command == "compare" and spec.maximum_likelihood_twin:
+        specs.append(zoo.get_model(spec.maximum_likelihood_twin))
+    known = {name for s in specs for name in model_options(s)}
+    known |= {name for a in list_algorithms() for name in get_algorithm(a).option_names()}
+    function = fit if command == "fit" else compare
+    known |= set(inspect.signature(function).parameters) - {"options"}
+    for name in options:
+        if name not in known:
+            hint = did_you_mean(_flag(name), [_flag(k) for k in sorted(known)])
+            raise ValueError(
+                f"{_flag(name)} is not an option of model {spec.name!r} or of any algorithm."
+                f"{hint} `zoo {command} {spec.name} --help` lists the model's options, "
+                "`zoo algorithms` each algorithm's."
+            )
+
+
+def _flag(name: str) -> str:
+    """An option's name as the shell spells it: ``weight_prior`` as ``--weight-prior``."""
+    return "--" + name.replace("_", "-")
+
+
 def _model_asked_about(argv: list[str]) -> str | None:
     """MODEL of ``zoo fit MODEL --help`` (or ``compare``): its options join the help."""
     asks = {"-h", "--help"} & set(argv[2:])
@@ -441,6 +467,7 @@ def _main(argv) -> int:
     # Everything given is checked before the data are made or any fitting starts.
     spec = zoo.get_model(args.model)
     options = _extra_options(args, extra)
+    _check_option_names(args.command, spec, options)
     if args.command == "fit":
         return _fit(args, spec, options)
     return _compare(args, spec, options)
