@@ -22,12 +22,12 @@ xp)`` (a mixture's cache of each minibatch is centred where the first was: ``ini
 config, xp, shift)``; see ``zoo/bayesian_gmm/closed_form.py`` and the extending example's
 Bayesian linear regression). ``exact_elbo(raw, config, chunks, xp, asarray)``, where a module
 defines it, evaluates a fit's ELBO over data read in chunks
-(``inference.algorithms.svi_natural.full_elbo``). ``global_kl(raw, config, xp, asarray)`` and
-``expected_log_likelihood(raw, config, data, rng, num_samples)``, where a module of updates
-that ascend the ELBO defines both, are KL(q(theta) || p(theta)) of a fit's global factors and
-the Monte-Carlo expectation under them of the log-likelihood with the discrete latents summed
-out: with them a comparison scores the fit by that ELBO, as it scores SVI's guides
-(``inference.algorithms.closed_form.summed_out_elbo``).
+(``inference.algorithms.svi_natural.full_elbo``). ``summed_out_elbo(raw, config, data, rng, num_samples,
+xp, asarray, to_numpy)``, where a module of updates that ascend the ELBO defines it, is the
+ELBO of a fit's global factors with the discrete latents summed out (a Monte-Carlo estimate):
+with it a comparison scores the fit by that ELBO, as it scores SVI's guides
+(``inference.algorithms.closed_form.summed_out_elbo``); ``global_kl(raw, config, xp,
+asarray)``, KL(q(theta) || p(theta)) of the factors, goes with it.
 """
 
 from __future__ import annotations
@@ -209,12 +209,11 @@ class ClosedFormUpdates:
 
     @property
     def has_summed_out_elbo(self) -> bool:
-        """Whether the module defines ``global_kl`` and ``expected_log_likelihood`` (see the
-        module), for updates that ascend the ELBO."""
+        """Whether the module defines ``summed_out_elbo`` and ``global_kl`` (see the module),
+        for updates that ascend the ELBO."""
         module = self.load()
         return self.objective == "elbo" and all(
-            callable(getattr(module, name, None))
-            for name in ("global_kl", "expected_log_likelihood")
+            callable(getattr(module, name, None)) for name in ("global_kl", "summed_out_elbo")
         )
 
     def global_kl(self, raw: dict, config, xp, asarray) -> float:
@@ -222,8 +221,20 @@ class ClosedFormUpdates:
         puts a numpy array on the backend of ``config`` and ``xp``."""
         return self.load().global_kl(raw, config, xp, asarray)
 
-    def expected_log_likelihood(self, raw: dict, config, data: dict, rng, num_samples: int):
-        """E_q[sum_n log p(x_n | theta)] in nats, with the discrete latents summed out, over
-        ``num_samples`` draws of the fitted global factors ``raw`` by the numpy generator
-        ``rng``, summed over the rows of ``data`` (numpy arrays, read in chunks)."""
-        return self.load().expected_log_likelihood(raw, config, data, rng, num_samples)
+    def summed_out_elbo(self, raw: dict, config, data: dict, rng, num_samples: int, backend):
+        """The ELBO in nats of the fitted global factors ``raw`` with the discrete latents
+        summed out, over the rows of ``data`` (numpy arrays, read in chunks), its expectation
+        over ``num_samples`` draws by the numpy generator ``rng``; ``backend`` gives the array
+        namespace (``ops``) and moves arrays (``asarray``, ``to_numpy``), on the CPU in
+        float64."""
+        device = backend.resolve_device("cpu")
+        return self.load().summed_out_elbo(
+            raw,
+            config,
+            data,
+            rng,
+            num_samples,
+            backend.ops,
+            lambda a: backend.asarray(a, device, "float64"),
+            backend.to_numpy,
+        )

@@ -101,16 +101,22 @@ def log_likelihood(samples, data, chunk: int = 64) -> np.ndarray:
     """(S, N) log sum_k w_sk N(x_n | mu_sk, Lambda_sk^-1), in chunks of draws to bound memory."""
     from scipy.special import logsumexp  # here: SciPy's special functions import slowly
 
-    x = data["x"]
-    d = x.shape[1]
     out = []
     for start in range(0, samples["weights"].shape[0], chunk):
-        w = samples["weights"][start : start + chunk]
-        mu = samples["means"][start : start + chunk]
-        chol = np.linalg.cholesky(samples["precisions"][start : start + chunk])  # (s, K, D, D)
-        # ||L^T (x - mu)||^2 with Lambda = L L^T.
-        proj = np.einsum("skij,ni->snkj", chol, x) - np.einsum("skij,ski->skj", chol, mu)[:, None]
-        half_logdet = np.log(np.diagonal(chol, axis1=-2, axis2=-1)).sum(-1)
-        comp = -0.5 * d * LOG_2PI + half_logdet[:, None] - 0.5 * (proj**2).sum(-1)
-        out.append(logsumexp(comp + np.log(w)[:, None], axis=-1))
+        draws = {k: v[start : start + chunk] for k, v in samples.items()}
+        out.append(logsumexp(component_log_joint(draws, data["x"]), axis=-1))
     return np.concatenate(out, axis=0)
+
+
+def component_log_joint(samples, x) -> np.ndarray:
+    """(S, N, K) log w_sk + log N(x_n | mu_sk, Lambda_sk^-1) of every draw at every row."""
+    d = x.shape[1]
+    chol = np.linalg.cholesky(samples["precisions"])  # (S, K, D, D)
+    # ||L^T (x - mu)||^2 with Lambda = L L^T.
+    proj = (
+        np.einsum("skij,ni->snkj", chol, x)
+        - np.einsum("skij,ski->skj", chol, samples["means"])[:, None]
+    )
+    half_logdet = np.log(np.diagonal(chol, axis1=-2, axis2=-1)).sum(-1)
+    comp = -0.5 * d * LOG_2PI + half_logdet[:, None] - 0.5 * (proj**2).sum(-1)
+    return comp + np.log(samples["weights"])[:, None]
