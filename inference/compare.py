@@ -493,7 +493,7 @@ def comparable_objective(alg, res, data: dict) -> float:
     sampler ascends nothing (NaN); a fit through a guide is scored afresh with 100 draws, with
     the model's discrete latents summed out where it has a guide that sums them (so relaxed and
     enumerated runs compare), else of its own guide; a variational fit by closed-form updates
-    whose model gives its factors' KL, by the same summed-out ELBO (100 draws), not by the
+    whose module gives ``summed_out_elbo``, by the same summed-out ELBO (100 draws), not by the
     mean-field ELBO it ascends, a lower bound; any other fit, its last objective. An algorithm
     of the older contract with its own ``comparable_objective`` is asked."""
     how = _scoring(alg, res.spec, res.backend, res.guide)

@@ -25,9 +25,10 @@ defines it, evaluates a fit's ELBO over data read in chunks
 (``inference.algorithms.svi_natural.full_elbo``). ``summed_out_elbo(raw, config, data, rng, num_samples,
 xp, asarray, to_numpy)``, where a module of updates that ascend the ELBO defines it, is the
 ELBO of a fit's global factors with the discrete latents summed out (a Monte-Carlo estimate):
-with it a comparison scores the fit by that ELBO, as it scores SVI's guides
-(``inference.algorithms.closed_form.summed_out_elbo``); ``global_kl(raw, config, xp,
-asarray)``, KL(q(theta) || p(theta)) of the factors, goes with it.
+with it, and ``global_kl(raw, config, xp, asarray)`` (KL(q(theta) || p(theta)) of the factors),
+a comparison scores the fit by that ELBO, as it scores SVI's guides
+(``inference.algorithms.closed_form.summed_out_elbo``). Both take the backend's float64 config
+on the CPU; ``data`` are numpy arrays.
 """
 
 from __future__ import annotations

@@ -203,7 +203,8 @@ def summed_out_elbo(result, data: dict, num_samples: int = 100, seed: int = 0) -
     It is the objective SVI's enumerated guides are scored by, so a comparison puts CAVI's and
     natural-gradient VI's global factors on the same bound as SVI's. For the same q(theta) it
     is at least the mean-field ELBO that CAVI ascends and reports, whose factor q(z) is one of
-    the choices the sum improves on.
+    the choices the sum improves on: in expectation in general, and at every draw for the
+    Bayesian GMM's estimate, which estimates only the gap above the mean-field ELBO.
     """
     updates = _summed_out_updates(result)
     spec = result.spec
