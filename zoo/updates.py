@@ -217,10 +217,10 @@ class ClosedFormUpdates:
             callable(getattr(module, name, None)) for name in ("global_kl", "summed_out_elbo")
         )
 
-    def global_kl(self, raw: dict, config, xp, asarray) -> float:
-        """KL(q(theta) || p(theta)) in nats of the fitted global factors ``raw``; ``asarray``
-        puts a numpy array on the backend of ``config`` and ``xp``."""
-        return self.load().global_kl(raw, config, xp, asarray)
+    def global_kl(self, raw: dict, config, backend) -> float:
+        """KL(q(theta) || p(theta)) in nats of the fitted global factors ``raw``; ``backend``
+        gives the array namespace and moves arrays, on the CPU in float64."""
+        return self.load().global_kl(raw, config, *_cpu_float64(backend)[:2])
 
     def summed_out_elbo(self, raw: dict, config, data: dict, rng, num_samples: int, backend):
         """The ELBO in nats of the fitted global factors ``raw`` with the discrete latents
@@ -228,14 +228,13 @@ class ClosedFormUpdates:
         over ``num_samples`` draws by the numpy generator ``rng``; ``backend`` gives the array
         namespace (``ops``) and moves arrays (``asarray``, ``to_numpy``), on the CPU in
         float64."""
-        device = backend.resolve_device("cpu")
         return self.load().summed_out_elbo(
-            raw,
-            config,
-            data,
-            rng,
-            num_samples,
-            backend.ops,
-            lambda a: backend.asarray(a, device, "float64"),
-            backend.to_numpy,
+            raw, config, data, rng, num_samples, *_cpu_float64(backend)
         )
+
+
+def _cpu_float64(backend):
+    """``(xp, asarray, to_numpy)`` of ``backend``: its array namespace, and numpy arrays to
+    float64 arrays on its CPU device and back."""
+    device = backend.resolve_device("cpu")
+    return backend.ops, lambda a: backend.asarray(a, device, "float64"), backend.to_numpy

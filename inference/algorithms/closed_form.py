@@ -210,8 +210,7 @@ def summed_out_elbo(result, data: dict, num_samples: int = 100, seed: int = 0) -
     spec = result.spec
     data = spec.validate_data(data)
     spec.check_against_fit(data, result.config)
-    back = get_backend(result.backend)
-    config = back.backend_config(result.config, back.resolve_device("cpu"), "float64")
+    back, config = _on_cpu(result)
     rng = np.random.default_rng(seed)
     return updates.summed_out_elbo(result.raw_params, config, data, rng, num_samples, back)
 
@@ -220,14 +219,14 @@ def global_kl(result) -> float:
     """KL(q(theta) || p(theta)) in nats of the global factors of a variational fit by
     closed-form updates whose module defines ``global_kl``, computed in float64 on the CPU."""
     updates = _summed_out_updates(result)
+    back, config = _on_cpu(result)
+    return updates.global_kl(result.raw_params, config, back)
+
+
+def _on_cpu(result):
+    """``(backend, config)``: the backend of ``result`` and its config on the CPU in float64."""
     back = get_backend(result.backend)
-    device = back.resolve_device("cpu")
-    return updates.global_kl(
-        result.raw_params,
-        back.backend_config(result.config, device, "float64"),
-        back.ops,
-        lambda a: back.asarray(a, device, "float64"),
-    )
+    return back, back.backend_config(result.config, back.resolve_device("cpu"), "float64")
 
 
 def _summed_out_updates(result):

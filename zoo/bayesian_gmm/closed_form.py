@@ -277,10 +277,14 @@ def elbo_terms(state, cache, config, xp):
     """(sum_n log sum_k exp(phi_n . theta_k), KL of the globals) at the current q of the globals
     and the optimal q(z) of the rows in ``cache``: the ELBO is ``scale * first - second``."""
     _, log_norm = responsibilities(state["theta"], cache, xp)
-    q = state["q"]
+    return xp.sum(log_norm), kl_globals(state["q"], cache, config, xp)
+
+
+def kl_globals(q, cache, config, xp):
+    """KL(q(pi) prod_k q(mu_k, Lambda_k) || p(pi) prod_k p(mu_k, Lambda_k)) of the factors
+    ``q``, the priors read from ``cache`` (centred as ``q``'s means are)."""
     dg = digammas(q, cache, config, xp)
-    kl = kl_weights(q, config, xp, dg) + kl_normal_wishart(q, cache, config, xp, dg)
-    return xp.sum(log_norm), kl
+    return kl_weights(q, config, xp, dg) + kl_normal_wishart(q, cache, config, xp, dg)
 
 
 def raw_params(state, cache, xp) -> dict:
@@ -320,8 +324,7 @@ def global_kl(raw: dict, config, xp, asarray) -> float:
     shift, q = _centred_factors(raw, asarray)
     # The cache of one row at the centre: the KL reads only the priors, moved to that centre.
     cache = init_cache(asarray(shift[None]), config, xp, asarray(shift))
-    dg = digammas(q, cache, config, xp)
-    return float(kl_weights(q, config, xp, dg) + kl_normal_wishart(q, cache, config, xp, dg))
+    return float(kl_globals(q, cache, config, xp))
 
 
 def summed_out_elbo(raw: dict, config, data: dict, rng, num_samples: int, xp, asarray, to_numpy):
@@ -344,12 +347,13 @@ def summed_out_elbo(raw: dict, config, data: dict, rng, num_samples: int, xp, as
     x = data["x"]
     k, d = np.shape(raw["mean_loc"])
     rows = max(1, 2**25 // (num_samples * k * d))  # (draws, rows, K, D) arrays near 256 MiB
-    theta, mean_field, gap = None, 0.0, 0.0
+    theta, kl, mean_field, gap = None, None, 0.0, 0.0
     for start in range(0, len(x), rows):
         chunk = np.asarray(x[start : start + rows], dtype=np.float64)
         cache = init_cache(asarray(chunk), config, xp, asarray(shift))
-        if theta is None:
+        if theta is None:  # the factors and priors are the same in every chunk's cache
             theta = log_rho_coefficients(q, cache, config, xp)
+            kl = float(kl_globals(q, cache, config, xp))
         log_resp, log_norm = xp.log_softmax_logits(cache["features"], theta)
         log_resp = to_numpy(xp.rows(log_resp))  # (rows, K)
         mean_field += float(to_numpy(log_norm).sum())
@@ -357,7 +361,7 @@ def summed_out_elbo(raw: dict, config, data: dict, rng, num_samples: int, xp, as
         # log p(x_n | theta_s) - sum_k r_nk (log(pi N) - log r_nk): each row's KL, >= 0.
         kl_rows = logsumexp(joint, axis=-1) - np.sum(np.exp(log_resp) * (joint - log_resp), -1)
         gap += float(kl_rows.sum(axis=1).mean())
-    return mean_field - global_kl(raw, config, xp, asarray) + gap
+    return mean_field - kl + gap
 
 
 def _centred_factors(raw: dict, asarray):
