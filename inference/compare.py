@@ -17,7 +17,7 @@ from inference.algorithms import closed_form, svi
 from inference.api import fit, model_options
 from inference.backends import get_backend
 from inference.loop import labelled_bar
-from inference.registry import get_algorithm, list_algorithms
+from inference.registry import every_option_name, get_algorithm, list_algorithms
 from zoo import get_model
 
 TARGET_GAP = 0.01  # nats per point: "reached the optimum" means within this of the best run
@@ -772,9 +772,7 @@ RUN_OPTIONS = ("init", "tol", "dtype", "device")
 def _check_options(specs, options) -> None:
     """Every option is a fit() option of some algorithm, or a model option of one of the
     fitted models."""
-    fit_options = set(RUN_OPTIONS)
-    for name in list_algorithms():
-        fit_options |= set(get_algorithm(name).option_names()) - {"guide"}
+    fit_options = set(RUN_OPTIONS) | (every_option_name() - {"guide"})
     allowed = set(fit_options)
     for spec in specs:
         allowed |= set(model_options(spec))

@@ -127,6 +127,12 @@ def supporting(spec) -> list[str]:
     return [name for name in list_algorithms() if get_algorithm(name).supports(spec)]
 
 
+def every_option_name() -> set[str]:
+    """The options that some registered algorithm takes: what a call that may run any of them
+    (a comparison, the shell) can be given before its algorithms are known."""
+    return {name for a in list_algorithms() for name in get_algorithm(a).option_names()}
+
+
 def first_supporting(spec) -> str:
     """The first algorithm, in the order of registration, that fits ``spec``: a model's own
     closed-form updates before gradient steps (the built-ins come first, in that order)."""

@@ -25,6 +25,7 @@ from inference.api import fit, model_options
 from inference.compare import compare, default_algorithms, left_out_message
 from inference.registry import (
     algorithm_source,
+    every_option_name,
     first_supporting,
     get_algorithm,
     list_algorithms,
@@ -167,7 +168,7 @@ def _check_option_names(command: str, spec, options: dict) -> None:
     if command == "compare" and spec.maximum_likelihood_twin:
         specs.append(zoo.get_model(spec.maximum_likelihood_twin))
     known = {name for s in specs for name in model_options(s)}
-    known |= {name for a in list_algorithms() for name in get_algorithm(a).option_names()}
+    known |= every_option_name()
     function = fit if command == "fit" else compare
     known |= set(inspect.signature(function).parameters) - {"options"}
     for name in options:
