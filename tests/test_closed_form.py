@@ -51,6 +51,73 @@ def test_cavi_matches_sklearn(gmm_data, resp0, backend, weight_prior):
     assert np.all(np.diff(elbo) >= -1e-9 * np.abs(elbo[1:]))
 
 
+#: Priors away from scikit-learn's defaults, where beta0 = 1 and nu0 = D would hide beta0 dropped
+#: or inverted, or nu0 confused with D, in the updates and the ELBO.
+OTHER_PRIORS = {
+    "weight_concentration_prior": 0.7,
+    "mean_prior": [0.5, -1.0],
+    "mean_precision_prior": 2.5,
+    "degrees_of_freedom_prior": 4.0,
+    "covariance_prior": [[2.0, 0.3], [0.3, 0.5]],
+}
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+@pytest.mark.parametrize("weight_prior", ["dirichlet_process", "dirichlet_distribution"])
+def test_cavi_matches_sklearn_at_other_priors(gmm_data, resp0, backend, weight_prior):
+    K = resp0.shape[1]
+    ref = _from_resp(BayesianGaussianMixture, resp0)(
+        n_components=K,
+        weight_concentration_prior_type=weight_prior,
+        max_iter=STEPS,
+        tol=0.0,
+        reg_covar=0.0,
+        **OTHER_PRIORS,
+    )
+    with pytest.warns(Warning):
+        ref.fit(gmm_data)
+    res = inference.fit(
+        "bayesian_gmm",
+        {"x": gmm_data},
+        "cavi",
+        backend,
+        K=K,
+        weight_prior=weight_prior,
+        init=resp0,
+        num_steps=STEPS,
+        tol=0.0,
+        progress=False,
+        **OTHER_PRIORS,
+    )
+    np.testing.assert_allclose(res.params["weights"], ref.weights_, rtol=1e-6)
+    np.testing.assert_allclose(res.params["means"], ref.means_, rtol=1e-6)
+    np.testing.assert_allclose(res.params["covariances"], ref.covariances_, rtol=1e-6)
+    elbo = res.history["objective"]
+    assert np.all(np.diff(elbo) >= -1e-9 * np.abs(elbo[1:]))
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_stick_counts_beyond_each_component_keep_float32_precision(backend):
+    """The sticks' ``sum_{j>k} N_j`` at N = 1e6 in float32: exact zeros past the last occupied
+    component and small tails to float32's relative precision, where the total minus a running
+    sum is off by the total's rounding (0.06)."""
+    from zoo.array_namespace import JaxOps, TorchOps
+    from zoo.bayesian_gmm.closed_form import counts_beyond
+
+    nk = np.array([999_000.0, 990.0, 9.5, 0.006, 0.0, 0.0])
+    exact = np.array([999.506, 9.506, 0.006, 0.0, 0.0, 0.0])  # sum_{j>k} nk_j
+    if backend == "pyro":
+        import torch
+
+        ops, values = TorchOps(), torch.tensor(nk, dtype=torch.float32)
+    else:
+        import jax.numpy as jnp
+
+        ops, values = JaxOps(), jnp.asarray(nk, dtype=jnp.float32)
+    beyond = np.asarray(counts_beyond(values, ops), dtype=float)
+    np.testing.assert_allclose(beyond, exact, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_em_matches_sklearn(gmm_data, resp0, backend):
     K = resp0.shape[1]

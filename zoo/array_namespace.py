@@ -61,6 +61,9 @@ class TorchOps:
     def cumsum(self, x, axis):
         return self.torch.cumsum(x, dim=axis)
 
+    def flip(self, x, axis):
+        return self.torch.flip(x, dims=(axis,))
+
     def exp(self, x):
         return self.torch.exp(x)
 
@@ -239,6 +242,9 @@ class JaxOps(AsGivenLayout):
 
     def cumsum(self, x, axis):
         return self.jnp.cumsum(x, axis=axis)
+
+    def flip(self, x, axis):
+        return self.jnp.flip(x, axis=axis)
 
     def exp(self, x):
         return self.jnp.exp(x)
