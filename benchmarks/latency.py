@@ -95,7 +95,9 @@ def table_seconds(out: Path) -> tuple[float, float]:
     total = steps = 0.0
     for name in ("table", "accuracy"):
         for row in json.loads((out / f"{name}.json").read_text()):
-            total += row["wall_time_s"] + row.get("setup_s", 0.0) + row.get("evaluation_s", 0.0)
+            total += (
+                row["wall_time_s"] + (row.get("setup_s") or 0.0) + (row.get("evaluation_s") or 0.0)
+            )
             steps += row["wall_time_s"] - row["first_step_s"]
     return total, steps
 

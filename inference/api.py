@@ -100,10 +100,7 @@ def _fit_keywords() -> list[str]:
 
 
 def _check_run_options(seed, num_steps, tol, checkpoint_every=100, callback=None) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-        raise TypeError(f"seed must be an int; got {type(seed).__name__}.")
-    if not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be an int in the range [0, 2**63); got {seed}.")
+    evaluation.check_seed(seed)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable(step, state, info); got {callback!r}.")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1:
@@ -120,6 +117,12 @@ def _check_run_options(seed, num_steps, tol, checkpoint_every=100, callback=None
         raise ValueError(
             f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every!r}."
         )
+
+
+def check_flag(name: str, value) -> None:
+    """A yes-or-no argument is a bool: a string such as "False" would read as true."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be True or False; got {type(value).__name__} {value!r}.")
 
 
 class ConcurrentFitError(RuntimeError):
@@ -361,6 +364,7 @@ def fit(
     ValueError: lr= is an option of algorithm 'svi'; algorithm 'em' does not take it (got lr=0.1).
     """
     started = time.perf_counter()
+    check_flag("progress", progress)
     settings = _settings(model, data, algorithm, backend, num_steps, tol, options)
     stopping = EarlyStopping(validation_data, validate_every, patience)
     checkpointing = _check_controls(
@@ -567,6 +571,7 @@ def _check_controls(seed, settings: _Settings, callback, checkpointing, stopping
         raise ValueError("checkpoint_every= needs checkpoint=PATH, the file to write.")
     every = 100 if every is None else every
     _check_run_options(seed, settings.num_steps, settings.tol, every, callback)
+    check_flag("resume", checkpointing.resume)
     wants_validation = stopping.every is not None or stopping.patience is not None
     if wants_validation and stopping.validation_data is None:
         raise ValueError("validate_every= and patience= need validation_data= to validate on.")
@@ -742,7 +747,8 @@ def _plan(settings: _Settings, made: _Made, state, checkpointing, stopping) -> _
         header = {**header, "validation_setup": setup}
         results = dataclasses.replace(results, validation=validation)
     length = Length(int(settings.num_steps), settings.tol, problem.num_data)
-    checkpointing = dataclasses.replace(checkpointing, header=header, write=lead)
+    stream = problem.source if isinstance(problem.source, streaming.StreamSource) else None
+    checkpointing = dataclasses.replace(checkpointing, header=header, write=lead, stream=stream)
     return _Plan(length, checkpointing, validation, results, lead)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -14,7 +15,7 @@ import numpy as np
 from inference import accuracy
 from inference.algorithm import ignores
 from inference.algorithms import closed_form, svi
-from inference.api import fit, model_options
+from inference.api import check_flag, fit, model_options
 from inference.backends import get_backend
 from inference.loop import labelled_bar
 from inference.registry import every_option_name, get_algorithm, list_algorithms
@@ -151,7 +152,8 @@ class Comparison:
         Returns
         -------
         str
-            Indented JSON; ``json.loads`` gives back the rows.
+            Indented JSON; ``json.loads`` gives back the rows, a figure that is not finite (a
+            sampler's objective, a time never reached) as ``None``: JSON has no NaN.
 
         Examples
         --------
@@ -164,7 +166,8 @@ class Comparison:
         >>> rows[0]["model"], rows[0]["steps"]
         ('gmm', 8)
         """
-        return json.dumps(self.rows, indent=2)
+        rows = [{k: _finite_or_none(v) for k, v in row.items()} for row in self.rows]
+        return json.dumps(rows, indent=2, allow_nan=False)
 
     def plot(self, path, title=None) -> None:
         """Objective per point against wall time (log x-axis), one line per run, written to the
@@ -294,7 +297,7 @@ def compare(
 
     An algorithm the model does not support runs on the model's maximum-likelihood twin
     (``spec.maximum_likelihood_twin``: ``"gmm"`` for ``"bayesian_gmm"``) when the twin supports
-    it. Rows hold the final objective per point (the ELBO; a log-likelihood for EM), the
+    it, and is otherwise left out with a warning. Rows hold the final objective per point (the ELBO; a log-likelihood for EM), the
     held-out log predictive per point, steps, wall time and the time to get within 0.01
     nats/point of the best run's objective. Every run's options are checked before the first
     run, and an option that no run takes (each run's algorithm or model would ignore it) is an
@@ -397,11 +400,15 @@ def compare(
         algorithms, left_out = default_algorithms(spec)
         if left_out:
             warnings.warn(left_out_message(spec, left_out), stacklevel=2)
+    check_flag("progress", progress)
     _check_lists(algorithms=algorithms, backends=backends, seeds=seeds)
+    if guides is not None:
+        _check_lists(guides=guides)
     for backend in backends:
         get_backend(backend)  # an unknown name is an error, not a silently empty row
     algs = [get_algorithm(a) for a in algorithms]
     twins = [get_model(spec.maximum_likelihood_twin)] if spec.maximum_likelihood_twin else []
+    algs = _those_that_fit(algs, spec, twins)
     _check_options([spec, *twins], options)
     if isinstance(num_steps, dict) and set(num_steps) - set(algorithms):
         raise ValueError(
@@ -441,11 +448,6 @@ def compare(
             warnings.warn(f"{label}: {warning.message}", warning.category, stacklevel=2)
         rows.append(_row((alg, target, backend, guide), seed, res, data, test_data, num_samples))
         results.append(res)
-    if not rows:
-        raise ValueError(
-            f"No algorithm in {list(algorithms)} supports {spec.name!r} on {list(backends)}; "
-            f"valid algorithms are {list_algorithms()}."
-        )
     _add_time_to_target(rows, results)
     if reference is not None:
         ref_draws = _reference_draws(
@@ -456,6 +458,11 @@ def compare(
             row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
             row["evaluation_s"] += time.perf_counter() - started
     return Comparison(rows=rows, results=results)
+
+
+def _finite_or_none(value):
+    """A float that is not finite as None (JSON's null), any other value as it is."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _check_lists(**lists) -> None:
@@ -545,7 +552,7 @@ def _row(run, seed, res, data, test_data, num_samples) -> dict:
         "algorithm": alg.name,
         "guide": guide,
         "backend": backend,
-        "seed": seed,
+        "seed": int(seed),
         "objective": _objective_name(alg, target),
         "objective_per_point": objective / res.num_data,
         "heldout_log_pred_per_point": float(np.mean(heldout)),
@@ -582,6 +589,31 @@ def _add_time_to_target(rows, results) -> None:
         times = res.history["time"]
         hit = np.nonzero(_smoothed(res) / res.num_data >= target)[0]
         row["time_to_target_s"] = float(times[hit[0]] if len(hit) else times[-1])
+
+
+def _those_that_fit(algs, spec, twins) -> list:
+    """The algorithms named that fit the model or its maximum-likelihood twin; each other one
+    is left out with a warning saying why (a list meant for several models may name one that a
+    model has not), and a list of none that fit is an error."""
+    fitting = []
+    for alg in algs:
+        if any(alg.supports(m) for m in [spec, *twins]):
+            fitting.append(alg)
+            continue
+        twin = f" or its maximum-likelihood twin {twins[0].name!r}" if twins else ""
+        warnings.warn(
+            f"Algorithm {alg.name!r} fits neither model {spec.name!r}{twin} "
+            f"({alg.unsupported(spec)}): its runs are left out. The algorithms that fit it are "
+            f"{_fitting(spec)}.",
+            UserWarning,
+            stacklevel=3,
+        )
+    if not fitting:
+        raise ValueError(
+            f"No algorithm in {[a.name for a in algs]} fits model {spec.name!r}; the algorithms "
+            f"that fit it are {_fitting(spec)}."
+        )
+    return fitting
 
 
 def _fitting(spec) -> list[str]:

@@ -24,6 +24,16 @@ from inference.backends import get_backend
 CHUNK_ELEMENTS = 50_000
 
 
+def check_seed(seed) -> int:
+    """A seed is an int in [0, 2**63), as numpy's and JAX's generators take it: None (fresh
+    entropy) would make a result that cannot be reproduced."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise TypeError(f"seed must be an int; got {type(seed).__name__}.")
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an int in the range [0, 2**63); got {seed}.")
+    return int(seed)
+
+
 def check_num_samples(num_samples) -> int:
     if isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer):
         raise TypeError(f"num_samples must be an int; got {type(num_samples).__name__}.")
@@ -90,6 +100,7 @@ def importance_statistics(fit: Fitted, data: dict, num_samples: int, seed: int =
     proposal. Deterministic given ``seed``.
     """
     num_samples = check_num_samples(num_samples)
+    seed = check_seed(seed)
     spec = fit.spec
     back = get_backend(fit.backend)
     data = spec.validate_data(data)

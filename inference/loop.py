@@ -13,6 +13,7 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -396,9 +397,11 @@ def _restore_tree(path, fresh, skeleton, arrays):
     return state_tree.restore(fresh, tree)
 
 
-def restore(path, header, alg, state, validation=None):
+def restore(path, header, alg, state, validation=None, stream=None):
     """Load a checkpoint written for the same run; returns (state, history, step, stopped), with
-    ``stopped`` "converged" or "early_stopping" for a run that ended before its last step."""
+    ``stopped`` "converged" or "early_stopping" for a run that ended before its last step. A
+    ``stream`` of minibatches is told what the checkpointed run read (older files: nothing), to
+    refuse other minibatches as it skips them."""
     saved, arrays = checkpoint.load(path)
     if saved.get("kind") != "checkpoint":
         what = "a saved fit" if saved.get("kind") == "fit_result" else repr(saved.get("kind"))
@@ -443,6 +446,8 @@ def restore(path, header, alg, state, validation=None):
     }
     if validation is not None and "validation" in saved:
         validation.load_state_dict(saved["validation"], arrays)
+    if stream is not None and "stream_read" in saved:
+        stream.expect_read(saved["stream_read"], path)
     try:
         if _saves_itself(alg, state):
             _check_arrays(path, alg.save_state(state), (saved["state"], arrays))
@@ -481,7 +486,9 @@ class Checkpointing:
     it continues from the checkpoint (``resume``). ``header`` identifies the run
     (``inference.persistence.checkpoint_header``): a resume refuses a checkpoint whose header differs. With
     ``write=False`` (the other processes of a data-parallel group) the checkpoint is read on
-    resume but never written.
+    resume but never written. ``stream`` (``inference.streaming.StreamSource``) is the stream of
+    minibatches of a stream fit: a checkpoint records a digest of those read, and a resume
+    refuses a stream that gives others.
 
     ``fit`` builds one from its ``checkpoint``, ``checkpoint_every`` and ``resume`` as given
     (``every`` None until it is checked), then adds the header once the run is planned."""
@@ -491,6 +498,7 @@ class Checkpointing:
     resume: bool = False
     header: Mapping = field(default_factory=dict)
     write: bool = True
+    stream: Any = None
 
 
 class _Run:
@@ -509,10 +517,11 @@ class _Run:
         self.start_step = 0
         self.stopped = None  # why a run ended before num_steps: "converged" or "early_stopping"
         self.in_step = False  # a step under way (set before it, cleared once it is recorded)
+        self.saved = None  # (step, stopped) of the checkpoint this run last wrote
         path = checkpointing.path
         if checkpointing.resume and path is not None and os.path.exists(path):
             self.state, self.history, self.start_step, self.stopped = restore(
-                path, self.header, alg, state, validation
+                path, self.header, alg, state, validation, checkpointing.stream
             )
             if self.start_step > length.num_steps:
                 raise ValueError(
@@ -581,9 +590,7 @@ class _Run:
         """Whether the run ends after step ``step + 1``: the validation's early stopping, else
         the algorithm's stopping rule."""
         alg, history, state = self.alg, self.history, self.state
-        if self.validation is not None and self.validation.after_step(
-            step + 1, state, alg, history
-        ):
+        if self.validation is not None and self.validate(step):
             self.stopped = "early_stopping"
         elif convergence.converged(
             alg,
@@ -593,6 +600,37 @@ class _Run:
             rule_start(alg, state),
         ):
             self.stopped, self.converged = "converged", True
+
+    def validate(self, step: int) -> bool:
+        """The validation after step ``step + 1`` (True: stop early). A held-out objective that
+        is not finite, or one that fails on parameters gone out of range, ends the run as a
+        non-finite training objective does: the last good parameters kept, with advice."""
+        try:
+            value = self.validation.after_step(step + 1, self.state, self.alg, self.history)
+        except NUMERICAL_ERRORS as err:
+            # The held-out data were scored once when the fit was set up, so a value error now
+            # is the parameters' (a scale the networks give gone to zero or beyond range).
+            if isinstance(err, RuntimeError) and not nonfinite_parameters(self.alg, self.state):
+                raise
+            failure = f"{type(err).__name__}: {_first_line(err)}"
+            what = f"Validation after step {step + 1} failed ({failure})"
+            raise self.nonfinite_error(step + 1, what) from err
+        if self.validation.last_value_not_finite:
+            what = (
+                f"The validation objective became {self.history['validation'][-1]} after step "
+                f"{step + 1}"
+            )
+            raise self.nonfinite_error(step + 1, what)
+        return value
+
+    def call_back(self, callback, step: int, info) -> None:
+        """``callback(step + 1, state, info)``; a callback that raises to stop the run has the
+        step it saw checkpointed first, so resume=True continues from it."""
+        try:
+            callback(step + 1, self.state, info)
+        except Exception:
+            self.save()
+            raise
 
     def due(self, step: int) -> bool:
         """Whether a checkpoint is due after step ``step + 1``."""
@@ -606,9 +644,14 @@ class _Run:
             return
         if not history["step"] or history["step"][-1] <= self.start_step:
             return
+        if (history["step"][-1], self.stopped) == self.saved:
+            return  # written already (a checkpoint due at the last step)
         header = {**self.header, "step": history["step"][-1], "stopped": self.stopped}
+        if self.checkpointing.stream is not None:
+            header["stream_read"] = self.checkpointing.stream.read_record()
         try:
             _save(path, header, self.alg, self.state, history, self.validation)
+            self.saved = (history["step"][-1], self.stopped)
         except OSError as err:  # a full disk, a folder removed mid-run: keep the fit
             warnings.warn(
                 f"Could not write the checkpoint {path!r} at step {history['step'][-1]} "
@@ -642,7 +685,8 @@ def run(
     rule is met with ``length.tol`` (:class:`Length`), or until ``validation``
     (``inference.validation``) stops early. Returns ``(state, history, converged)``.
 
-    ``callback(step, state, info)`` runs after each step (raise to stop). ``checkpointing``
+    ``callback(step, state, info)`` runs after each step (raise to stop; the step is
+    checkpointed first). ``checkpointing``
     (:class:`Checkpointing`) says where the run is checkpointed and whether it resumes. On an
     interrupt between steps (a Ctrl-C that stops a step half way leaves the checkpoint of an
     earlier step), a bad minibatch (``inference.streaming.DataError``) or a failed step
@@ -661,7 +705,7 @@ def run(
                 this.show(bar, step, info, progress)
                 this.check_stop(step)
                 if callback is not None:
-                    callback(step + 1, this.state, info)
+                    this.call_back(callback, step, info)
                 if this.due(step):
                     this.save()
                 if interrupted:

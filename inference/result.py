@@ -14,6 +14,7 @@ from inference.evaluation import (
     LogSumExp,
     check_guide,
     check_num_samples,
+    check_seed,
     chunk_seed,
     fitted,
     importance_statistics,
@@ -254,7 +255,7 @@ class FitResult:
         >>> draws["weights"].mean(axis=0).round(2)
         array([0.75, 0.25])
         """
-        num_samples = check_num_samples(num_samples)
+        num_samples, seed = check_num_samples(num_samples), check_seed(seed)
         spec = self.spec
         if self.draws is not None:
             return spec.draws_from_sites(_thinned(_pooled(self.draws), num_samples), self.config)
@@ -427,7 +428,7 @@ class FitResult:
         >>> res.log_marginal_likelihood(data["x"][:3], num_samples=200).round(2)
         array([-4.37, -4.99, -3.45])
         """
-        num_samples = check_num_samples(num_samples)
+        num_samples, seed = check_num_samples(num_samples), check_seed(seed)
         if self.spec.sample_posterior is None:
             data = _as_dict(self.spec, x)
             return importance_statistics(fitted(self), data, num_samples, seed, device)[1]

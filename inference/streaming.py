@@ -15,7 +15,8 @@
   key) with ``num_data=`` the size of the full data set, so the data plate scales each minibatch
   by ``num_data / rows``. One minibatch per step; a stream that runs out before ``num_steps`` is a
   :class:`StreamEndedError`. On ``resume=True`` pass the stream from its start again: the
-  minibatches of the steps already taken are read and skipped.
+  minibatches of the steps already taken are read and skipped, and a checkpoint records a
+  digest of those its run read, so a stream that gives other minibatches is refused.
 
 Data-dependent model defaults (e.g. the GMM's ``mean_prior`` and ``covariance_prior``) and the
 initial responsibilities come from the first minibatch when the data are not in memory; pass the
@@ -264,6 +265,37 @@ class StreamSource:
         self.rows_read = 0  # rows of those minibatches: where the next one starts in the data
         self._first = None
         self.batch_size = None
+        self._read = hashlib.sha256()  # of the minibatches the steps took, in order
+        self._steps_read = 0
+        self._expected_read = None  # a checkpoint's record of the minibatches its run took
+
+    def read_record(self) -> dict:
+        """How many minibatches the steps took, and a digest of them, for a checkpoint."""
+        return {"minibatches": self._steps_read, "sha256": self._read.hexdigest()[:16]}
+
+    def expect_read(self, record: dict, path: str) -> None:
+        """On resume: the minibatches read again up to the checkpoint must be those its run
+        took (``record``, from checkpoint ``path``); checked once as many have been read."""
+        self._expected_read = (record, path)
+
+    def _record(self, item: Mapping) -> None:
+        """Add the minibatch of a step to the digest, and check the digest on resume."""
+        for key in sorted(item):
+            value = np.ascontiguousarray(np.asarray(item[key]))
+            self._read.update(f"{key}|{value.dtype.str}|{value.shape}|".encode())
+            self._read.update(value.tobytes())
+        self._steps_read += 1
+        if self._expected_read is None or self._steps_read != self._expected_read[0]["minibatches"]:
+            return
+        record, path = self._expected_read
+        self._expected_read = None
+        if self.read_record() != record:
+            raise DataError(
+                f"Checkpoint {path!r} was written by a run on another stream: the first "
+                f"{self._steps_read} minibatch(es) of this one differ from those it took. Resume "
+                "with the stream from its start, as the checkpointed run had it, or start "
+                "afresh without resume=True."
+            )
 
     def _next(self, step: int):
         try:
@@ -292,7 +324,7 @@ class StreamSource:
         if step == 0 and self._first is not None:
             return self._first
         while self.consumed < step:  # resume: skip the minibatches of the steps taken
-            self._next(self.consumed)
+            self._record(self._next(self.consumed)[0])
         if self.consumed > step:
             raise DataError(f"The stream is past step {step + 1}; it cannot be rewound.")
         item, first_row = self._next(step)
@@ -310,6 +342,7 @@ class StreamSource:
             raise DataError(
                 f"The minibatch of step {step + 1} has more rows than num_data={self.num_data}."
             )
+        self._record(item)  # as the stream gave it, as a resume reads it again
         return out
 
     def init_sample(self) -> dict[str, np.ndarray]:

@@ -32,10 +32,13 @@ class Validation:
     def __init__(self, evaluate: Callable, every: int, patience: int | None):
         if isinstance(every, bool) or not isinstance(every, int | np.integer) or every < 1:
             raise ValueError(f"validate_every must be an int in the range [1, inf); got {every!r}.")
-        if patience is not None and (not isinstance(patience, int | np.integer) or patience < 1):
+        if patience is not None and (
+            isinstance(patience, bool) or not isinstance(patience, int | np.integer) or patience < 1
+        ):
             raise ValueError(f"patience must be None or an int in [1, inf); got {patience!r}.")
         self.evaluate, self.every, self.patience = evaluate, int(every), patience
         self.best_step, self.best_value, self.best_params = None, -np.inf, None
+        self.last_value_not_finite = False
 
     def after_step(self, step: int, state, alg, history) -> bool:
         """Evaluate if due; returns True when early stopping says stop."""
@@ -44,6 +47,9 @@ class Validation:
         value = float(self.evaluate(state))
         history.setdefault("validation_step", []).append(step)
         history.setdefault("validation", []).append(value)
+        self.last_value_not_finite = not np.isfinite(value)
+        if self.last_value_not_finite:
+            return False  # the fit ends as a non-finite objective does (inference.loop)
         if value > self.best_value:
             self.best_step, self.best_value = step, value
             self.best_params = alg.get_params(state)

@@ -52,6 +52,25 @@ def _fit_never_steps(data, **kwargs):
     return inference.fit("bayesian_gmm", data, callback=no_step, **FAST, **kwargs)
 
 
+def test_a_callback_that_raises_has_its_step_checkpointed(tmp_path, data):
+    """A callback may raise to stop the run: the step it saw is saved first, as on Ctrl-C."""
+    path = tmp_path / "run.zoo"
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_two(step, state, info):
+        if step == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        inference.fit(
+            "bayesian_gmm", data, **{**FAST, "num_steps": 5}, tol=0, checkpoint=path,
+            checkpoint_every=100, callback=stop_at_two,
+        )  # fmt: skip
+    assert checkpoint.load(path)[0]["step"] == 2
+
+
 # --- checkpoint paths: found before the first step, no user file overwritten ----------------
 
 

@@ -182,6 +182,9 @@ BAD_OPTIONS = [
     ("bayesian_gmm", "cavi", {"checkpoint_every": 5}, "checkpoint_every= needs checkpoint="),
     ("bayesian_gmm", "cavi", {"num_data": 10}, "num_data= is for streams"),
     ("bayesian_gmm", "cavi", {"patience": 3}, "need validation_data"),
+    ("bayesian_gmm", "cavi", {"progress": "no"}, "progress must be True or False; got str"),
+    ("bayesian_gmm", "cavi", {"resume": "False", "checkpoint": "unused.zoo"}, "resume must be"),
+    ("vae", "svi", {"validation_data": {"x": BINARY_X}, "patience": True}, "patience must be"),
     ("bayesian_gmm", "em", {}, "does not support algorithm 'em'"),
 ]
 
@@ -270,6 +273,10 @@ BAD_COMPARISONS = [
     ("bayesian_gmm", {"algorithms": ["cavi"], "seeds": []}, "seeds must be a non-empty list"),
     ("bayesian_gmm", {"algorithms": ["cavi"], "colour": 1}, r"unknown option\(s\) \['colour'\]"),
     ("bayesian_gmm", {"algorithms": ["cavi"], "reference": "bogus"}, "reference must be"),
+    ("bayesian_gmm", {"algorithms": ["svi"], "guides": "enum"}, "guides must be a non-empty list"),
+    ("bayesian_gmm", {"algorithms": ["cavi"], "progress": "no"}, "progress must be True or"),
+    ("gmm", {"algorithms": ["cavi", "nuts"]},
+     r"No algorithm in \['cavi', 'nuts'\] fits model 'gmm'; .* are \['em', 'svi'\]"),
 ]  # fmt: skip
 
 
@@ -627,6 +634,41 @@ def test_compare_refuses_a_repeated_run(given, named):
     kwargs = {"algorithms": ["em"], "backends": ["pyro"], "K": 2, "progress": False, **given}
     with pytest.raises(ValueError, match=f"{named} lists .* more than once"):
         inference.compare("gmm", data, **kwargs)
+
+
+def test_a_comparison_of_numpy_seeds_writes_standard_json():
+    """Seeds given as a numpy array are written as ints, and a figure that is not finite (a
+    sampler's objective) as null: JSON has no NaN."""
+    import json
+
+    data = {"x": np.random.default_rng(0).normal(size=(30, 2))}
+    with pytest.warns(inference.ConvergenceWarning):  # 10 draws: too few for its ESS
+        table = inference.compare(
+            "bayesian_gmm", data, ["nuts"], ["numpyro"], seeds=np.arange(1), K=1, num_warmup=10,
+            num_draws=10, num_chains=1, progress=False, num_samples=5,
+        )  # fmt: skip
+    rows = json.loads(table.to_json(), parse_constant=lambda name: pytest.fail(name))
+    assert rows[0]["seed"] == 0 and rows[0]["objective_per_point"] is None
+
+
+def test_result_methods_check_their_seed():
+    res = inference.fit("gmm", {"x": GMM_X}, "em", "pyro", K=2, progress=False)
+    with pytest.raises(ValueError, match=r"seed must be an int in the range \[0, 2\*\*63\)"):
+        res.log_marginal_likelihood(GMM_X, seed=-1)
+    with pytest.raises(TypeError, match="seed must be an int; got float"):
+        res.sample_posterior(10, seed=1.5)
+    with pytest.raises(TypeError, match="seed must be an int; got NoneType"):
+        res.pointwise_log_likelihood({"x": GMM_X}, seed=None)
+
+
+def test_a_float32_minibatch_fit_on_numpyro_says_nothing_of_its_indices():
+    """A float32 NumPyro fit runs outside JAX's 64-bit mode: its minibatch rows are int32."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Explicitly requested dtype")
+        res = _fit("vae", backend="numpyro", batch_size=10, num_steps=3, tol=0, dtype="float32")
+    assert res.num_steps == 3
 
 
 @pytest.mark.parametrize(

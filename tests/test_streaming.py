@@ -93,6 +93,21 @@ def test_stream_that_ends_early_saves_and_resumes(tmp_path, gmm_data):
         np.testing.assert_array_equal(resumed.raw_params[k], full.raw_params[k])
 
 
+def test_resume_refuses_a_stream_of_other_minibatches(tmp_path, gmm_data):
+    """A stream is identified by num_data and its first minibatch when the fit starts; the
+    minibatches read again on resume must also be those the checkpointed steps took."""
+    path = tmp_path / "run.zoo"
+    kwargs = dict(backend="pyro", num_data=N, num_steps=12)
+    with pytest.raises(StreamEndedError):
+        fit(same_batches(gmm_data, 0, 6), checkpoint=path, **kwargs)
+    assert load_checkpoint(path)[0]["stream_read"]["minibatches"] == 6
+    first, *rest = same_batches(gmm_data, 0, 12)
+    other = [first, *(b[::-1] for b in rest)]  # the same first minibatch, then other rows
+    with pytest.raises(DataError, match="another stream: the first 6 minibatch"):
+        fit(iter(other), checkpoint=path, resume=True, **kwargs)
+    assert load_checkpoint(path)[0]["step"] == 6  # the refused resume wrote nothing
+
+
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_nan_in_a_minibatch_names_the_step(tmp_path, gmm_data, backend):
     path = tmp_path / "run.zoo"
@@ -103,6 +118,14 @@ def test_nan_in_a_minibatch_names_the_step(tmp_path, gmm_data, backend):
     ):
         fit(stream, backend, num_data=N, num_steps=10, checkpoint=path, checkpoint_every=100)
     assert load_checkpoint(path)[0]["step"] == 6
+    # The refused minibatch is not among those the checkpoint says its steps took: the stream
+    # mended resumes.
+    full = fit(same_batches(gmm_data, 0, 10), backend, num_data=N, num_steps=10)
+    resumed = fit(
+        same_batches(gmm_data, 0, 10), backend, num_data=N, num_steps=10, checkpoint=path,
+        resume=True,
+    )  # fmt: skip
+    np.testing.assert_array_equal(resumed.history["objective"], full.history["objective"])
 
 
 def test_memmap_with_nan_rows(tmp_path, gmm_data):

@@ -235,6 +235,35 @@ def test_validation_early_stopping_keeps_the_best_params(tmp_path, digits, backe
         np.testing.assert_allclose(resumed.raw_params[k], v, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_fit_with_validation_saves_and_loads(tmp_path, digits, backend):
+    """The validation's history has one entry per evaluation, not per step."""
+    res = inference.fit(
+        "vae", {"x": digits[:60]}, "svi", backend, num_steps=12, batch_size=20, tol=0,
+        validation_data={"x": digits[60:80]}, validate_every=3, progress=False, **SMALL,
+    )  # fmt: skip
+    res.save(tmp_path / "fit.zoo")
+    loaded = inference.load(tmp_path / "fit.zoo")
+    assert len(loaded.history["validation"]) == 4 and len(loaded.history["step"]) == 12
+    for k, v in res.history.items():
+        np.testing.assert_array_equal(loaded.history[k], v)
+    for k, v in res.raw_params.items():
+        np.testing.assert_array_equal(loaded.raw_params[k], v)
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_diverging_fit_with_validation_ends_as_a_nonfinite_objective(digits, backend):
+    """A held-out objective that is not finite, or that fails on parameters gone out of range,
+    ends the fit as a non-finite training objective does: with advice and the last good
+    parameters, not a TypeError or a distribution's complaint."""
+    with pytest.raises(inference.NonFiniteObjectiveError, match="Lower the learning rate") as err:
+        inference.fit(
+            "vae", {"x": digits[:30]}, "svi", backend, num_steps=6, lr=1e6, tol=0,
+            validation_data={"x": digits[30:40]}, validate_every=1, progress=False, **SMALL,
+        )  # fmt: skip
+    assert "alidation" in str(err.value) and err.value.result is not None
+
+
 def test_numpy_networks_match_both_twins(digits, pyro_fit):
     """zoo.vae.encode/decode (numpy) compute what the torch and equinox networks compute."""
     import jax.numpy as jnp

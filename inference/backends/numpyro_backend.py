@@ -624,6 +624,10 @@ class SVIEngine:
             if self.shardings is not None:
                 data = jax.device_put(batch, self.shardings[0])
         if rows is not None:
+            # int32, JAX's integer outside its 64-bit mode (a float32 fit's): int64 indices
+            # would be truncated with a warning at every step.
+            rows = np.asarray(rows)
+            rows = rows.astype(np.int32) if rows.size and rows.max() < 2**31 else rows
             placement = self.device if self.shardings is None else self.shardings[1]
             rows = jax.device_put(rows, placement)
         new, loss = self._compiled.update(state, data, self._arrays, rows, temperature)

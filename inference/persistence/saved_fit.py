@@ -158,6 +158,10 @@ def check_parameters(path, spec, alg, config, params, raw, draws) -> None:
 
 
 def check_history(path, history: dict) -> None:
+    """The history's arrays are 1-D, one entry a step, but for the validation's
+    (``validation_step``, ``validation``), one an evaluation."""
     lengths = {k: v.shape for k, v in history.items()}
-    if any(len(s) != 1 for s in lengths.values()) or len(set(lengths.values())) > 1:
+    per_step = {s for k, s in lengths.items() if not k.startswith("validation")}
+    per_evaluation = {s for k, s in lengths.items() if k.startswith("validation")}
+    if any(len(s) != 1 for s in lengths.values()) or len(per_step) > 1 or len(per_evaluation) > 1:
         raise CheckpointError(f"{path!r}: its history arrays disagree in length: {lengths}.")
