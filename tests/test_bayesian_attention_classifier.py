@@ -79,8 +79,10 @@ def _pyro_params(config, batch, seed=0):
     ],
 )
 def test_twins_have_the_same_sites_and_log_joint(attention, prior, masked):
-    """Two layers, two heads, with and without an attention mask, every prior."""
+    """Two layers, two heads, with and without an attention mask, every prior; at priors away
+    from 1, where Gamma(1, 1) would hide a shape swapped with a rate and sigma = 1 its square."""
     options = dict(SMALL, attention=attention, prior=prior, patch_size=7)
+    options |= dict(prior_alpha=0.5, prior_beta=2.0, prior_sigma=0.7)
     if masked:
         options["attention_mask"] = _mask()
     testing.check_twins_and_log_joint(SPEC, **options)

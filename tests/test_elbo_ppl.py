@@ -12,7 +12,18 @@ from zoo.quadratic_features import log_responsibilities
 PARTICLES = 300
 
 
-def _cavi_fit(x, weight_prior):
+#: Priors away from the defaults (beta0 = 1, nu0 = D, the data's mean and covariance), where a
+#: slip in beta0 or nu0 in the closed-form ELBO would not show.
+OTHER_PRIORS = {
+    "weight_concentration_prior": 0.7,
+    "mean_prior": [0.5, -1.0],
+    "mean_precision_prior": 2.5,
+    "degrees_of_freedom_prior": 4.0,
+    "covariance_prior": [[2.0, 0.3], [0.3, 0.5]],
+}
+
+
+def _cavi_fit(x, weight_prior, priors=None):
     return inference.fit(
         "bayesian_gmm",
         {"x": x},
@@ -23,6 +34,7 @@ def _cavi_fit(x, weight_prior):
         num_steps=500,
         tol=1e-12,
         progress=False,
+        **(priors or {}),
     )
 
 
@@ -58,9 +70,10 @@ def _log_rho(res, x):
     "weight_prior",
     [pytest.param("dirichlet_process", marks=pytest.mark.slow), "dirichlet_distribution"],
 )
-def test_trace_elbo_matches_analytic(gmm_data, backend, weight_prior):
+@pytest.mark.parametrize("priors", [None, OTHER_PRIORS], ids=["default-priors", "other-priors"])
+def test_trace_elbo_matches_analytic(gmm_data, backend, weight_prior, priors):
     x = gmm_data[:150]
-    res = _cavi_fit(x, weight_prior)
+    res = _cavi_fit(x, weight_prior, priors)
     init = _guide_params(res, x)
     spec = zoo.get_model("bayesian_gmm")
     twin = spec.twin(backend)

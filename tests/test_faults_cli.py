@@ -150,6 +150,12 @@ CASES = [
     ("plot, parent missing", [*COMPARE, "--plot", "nonexistent/curves.png"], "--plot", True),
     ("plot, folder locked", [*COMPARE, "--plot", "locked/curves.png"], "--plot", True),
     ("plot, empty name", [*COMPARE, "--plot", ""], "--plot", True),
+    # what the shell sets by its own flags, or cannot give (a Python object), is no option
+    ("progress as an option", [*FIT, "--progress", "false"], "--progress is not an option", True),
+    ("model as an option", [*FIT, "--model", "vae"], "--model is not an option", True),
+    ("test data as an option", [*COMPARE, "--test-data", "x.npy"], "--test-data is not an", True),
+    ("guide to compare", [*COMPARE, "--guide", "enum"], "Did you mean '--guides'?", True),
+    ("help of an unknown model", ["fit", "no_such_model", "--help"], "'no_such_model'", True),
 ]
 
 
@@ -226,7 +232,8 @@ def test_a_stochastic_fits_printed_objective_says_whose_it_is(capsys):
         args = ["fit", "gmm", "--algorithm", algorithm, "--backend", "pyro", "--num-steps", "3"]
         assert main([*args, "--tol", "0"]) == 0
         line = capsys.readouterr().out.splitlines()[0]
-        assert line.startswith(f"gmm / {algorithm} / pyro: objective")
+        name = "ELBO" if algorithm == "svi" else "log-likelihood"  # what the objective is
+        assert line.startswith(f"gmm / {algorithm} / pyro: {name} ")
         assert ("per point; the last step's, not the returned fit's)" in line) == estimate, line
 
 
@@ -243,7 +250,7 @@ def test_save_writes_the_fit_and_a_failed_write_keeps_the_result(workdir, capsys
     monkeypatch.setattr(inference.FitResult, "save", full)
     assert main([*args, "--save", "out/again.zoo"]) == 1
     out, err = capsys.readouterr()
-    assert out.startswith("gmm / em / pyro: objective")  # shown before the write failed
+    assert out.startswith("gmm / em / pyro: log-likelihood")  # shown before the write failed
     assert err.strip().endswith("zoo: error: [Errno 28] No space left on device: 'out/again.zoo'")
     assert "Traceback" not in err
 
@@ -353,6 +360,53 @@ def test_a_close_miss_is_answered_with_a_suggestion(capsys, argv, suggestion):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "zoo: error:" in err and suggestion in err
+
+
+def test_option_values_read_as_the_help_writes_them(capsys, monkeypatch):
+    """--option NAME=VALUE takes dashes as --NAME VALUE does, and a value reads as JSON, else as
+    a Python literal (True, a tuple as the help shows a default), else as a string."""
+    given = {}
+
+    def fit(*args, **options):
+        given.update(options)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(cli, "fit", fit)
+    argv = ["fit", "vae", "--option", "dynamic-binarization=True", "--hidden", "(8, 8)"]
+    assert main([*argv, "--activation", "relu", "--latent-dim", "2"]) == 2
+    assert given["dynamic_binarization"] is True and given["hidden"] == (8, 8)
+    assert given["activation"] == "relu" and given["latent_dim"] == 2
+    assert "stop here" in capsys.readouterr().err
+
+
+def test_compare_runs_the_guides_given(workdir, capsys):
+    argv = ["compare", "bayesian_gmm", "--data", "x.npy", "--algorithms", "svi", "--K", "2"]
+    argv += ["--backends", "pyro", "--num-steps", "3", "--guides", "gumbel", "--tol", "0"]
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["algorithm"], r["guide"]) for r in rows] == [("svi", "gumbel")]
+
+
+def test_warnings_are_said_in_the_shells_words(capsys):
+    """A ConvergenceWarning is one line, ``zoo: ConvergenceWarning: ...``, without the source
+    line Python's warnings print; numpy's overflow warnings are left to the error that follows."""
+    assert main(["fit", "gmm", "--algorithm", "em", "--num-steps", "2", "--json"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("zoo: ConvergenceWarning: em on 'gmm'"), err
+
+
+def test_a_samplers_fit_line_says_its_chains(workdir, capsys):
+    argv = ["fit", "bayesian_gmm", "--data", "x.npy", "--algorithm", "nuts", "--K", "1"]
+    assert main([*argv, "--num-warmup", "10", "--num-draws", "10", "--num-chains", "1"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("bayesian_gmm / nuts / numpyro: log joint density ")
+    assert line.endswith("after 1 chain(s) of 10 warm-up and 10 draws"), line
+
+
+def test_data_named_in_capitals_are_read(workdir, capsys):
+    os.rename("x.npy", "X.NPY")
+    assert main(["fit", "gmm", "--data", "X.NPY", "--num-steps", "2", "--tol", "0"]) == 0
+    assert capsys.readouterr().out.startswith("gmm / em / numpyro: log-likelihood")
 
 
 def test_save_says_where_it_wrote(workdir, capsys):

@@ -13,16 +13,24 @@ path that cannot be written, is an error up front, so no finished run is lost to
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 
 import zoo
 from inference.api import fit, model_options
-from inference.compare import compare, default_algorithms, left_out_message
+from inference.compare import (
+    RUN_OPTIONS,
+    compare,
+    default_algorithms,
+    left_out_message,
+    objective_label,
+)
 from inference.registry import (
     algorithm_source,
     every_option_name,
@@ -123,16 +131,22 @@ def _comma_separated(check, example: str):
 # the command line
 
 
-def _json_or_string(value: str):
+def _read_value(value: str):
+    """An option's value: JSON (numbers, lists, true/false, null), else a Python literal (True,
+    a tuple such as (100, 100), as the help shows defaults), else the string itself."""
     try:
-        return json.loads(value)  # numbers, lists, true/false, null
+        return json.loads(value)
     except json.JSONDecodeError:
-        return value  # a plain string
+        pass
+    try:
+        return ast.literal_eval(value)  # literals only: nothing is run
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return value
 
 
 def _extra_options(args, extra: list[str]) -> dict:
     """The model's and algorithm's options: ``--NAME VALUE`` (dashes read as underscores) and
-    ``--option NAME=VALUE``."""
+    ``--option NAME=VALUE`` (read as :func:`_read_value` reads them)."""
     opts = {}
 
     def give(name, value, how):
@@ -150,14 +164,29 @@ def _extra_options(args, extra: list[str]) -> dict:
             if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
                 raise ValueError(f"option {flag} needs a value.")
             value, i = extra[i + 1], i + 1
-        give(name.replace("-", "_"), _json_or_string(value), f"{flag}")
+        give(name.replace("-", "_"), _read_value(value), f"{flag}")
         i += 1
     for item in args.option:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise ValueError(f"argument --option: takes NAME=VALUE; got {item!r}.")
-        give(name, _json_or_string(value), f"--option {item}")
+        give(name.replace("-", "_"), _read_value(value), f"--option {item}")
     return opts
+
+
+#: What ``fit`` and ``compare`` take by name, besides the model's and the algorithms' options,
+#: that the shell has no flag of its own for: the rest it sets by its flags (``--seed``,
+#: ``--json`` for progress) or they need Python objects (a callback, held-out arrays).
+RUN_OPTIONS_WITHOUT_FLAGS = {
+    "fit": ("checkpoint", "checkpoint_every", "resume", "init", "dtype"),
+    "compare": ("num_samples", "reference", *RUN_OPTIONS),
+}
+#: Each command's own flags, for the flag meant by a misspelt option.
+COMMON_FLAGS = ("--data", "--option", "--seed", "--num-steps", "--json")
+COMMAND_FLAGS = {
+    "fit": (*COMMON_FLAGS, "--algorithm", "--backend", "--guide", "--tol", "--device", "--save"),
+    "compare": (*COMMON_FLAGS, "--algorithms", "--backends", "--guides", "--plot"),
+}
 
 
 def _check_option_names(command: str, spec, options: dict) -> None:
@@ -168,12 +197,13 @@ def _check_option_names(command: str, spec, options: dict) -> None:
     if command == "compare" and spec.maximum_likelihood_twin:
         specs.append(zoo.get_model(spec.maximum_likelihood_twin))
     known = {name for s in specs for name in model_options(s)}
-    known |= every_option_name()
-    function = fit if command == "fit" else compare
-    known |= set(inspect.signature(function).parameters) - {"options"}
+    known |= every_option_name() | set(RUN_OPTIONS_WITHOUT_FLAGS[command])
+    if command == "compare":
+        known -= {"guide"}  # a comparison runs each of --guides
     for name in options:
         if name not in known:
-            hint = did_you_mean(_flag(name), [_flag(k) for k in sorted(known)])
+            flags = [_flag(k) for k in sorted(known)] + list(COMMAND_FLAGS[command])
+            hint = did_you_mean(_flag(name), flags)
             raise ValueError(
                 f"{_flag(name)} is not an option of model {spec.name!r} or of any algorithm."
                 f"{hint} `zoo {command} {spec.name} --help` lists the model's options, "
@@ -225,6 +255,14 @@ def _metavar(kind: str) -> str:
     return first.upper() if first in ("int", "float", "str", "bool") else "VALUE"
 
 
+def _guides_of(model: str) -> tuple:
+    """The guides of ``model``, or none for a name that is not a registered model."""
+    try:
+        return tuple(zoo.get_model(model, check=False).guides)
+    except ValueError:
+        return ()
+
+
 def _fitting(model: str) -> list[str]:
     """The registered algorithms that fit ``model`` itself, or all of them for a name that is
     not a registered model (the command's own error says so)."""
@@ -240,6 +278,7 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
     """The command line; with ``model``, ``fit`` and ``compare`` list that model's options too
     (for their ``--help``)."""
     algorithms = list_algorithms()
+    guides = _guides_of(model) if model is not None else ()
     parser = _Parser(
         prog="zoo",
         description=plain(__doc__),
@@ -318,8 +357,9 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
             )
             p.add_argument(
                 "--guide",
-                help="the guide of a gradient-based algorithm (svi): one of the model's, as "
-                "`zoo list` shows (default: the model's first)",
+                help="the guide of a gradient-based algorithm (svi): one of the model's "
+                + (", ".join(guides) if guides else "guides (`zoo list --json` lists them)")
+                + " (default: the model's first)",
             )
             p.add_argument(
                 "--tol",
@@ -357,6 +397,14 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
                 help=f"comma-separated, from {', '.join(zoo.BACKENDS)} (default: %(default)s)",
             )
             p.add_argument(
+                "--guides",
+                type=_comma_separated(str, "enum,gumbel"),
+                metavar="NAMES",
+                help="comma-separated guides of the algorithms that take one (svi), from the "
+                + (f"model's {', '.join(guides)}" if guides else "model's (`zoo list --json`)")
+                + " (default: every one)",
+            )
+            p.add_argument(
                 "--plot",
                 metavar="FILE",
                 help="also plot the objective against wall time into FILE; its extension "
@@ -373,7 +421,12 @@ def main(argv=None) -> int:
     an error while running (a failed write) returns 1; Ctrl-C returns 130."""
     try:
         try:
-            status = _main(argv)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                # numpy's floating-point warnings ("overflow encountered in matmul") come before
+                # the error that says a run diverged, and say less.
+                warnings.filterwarnings("ignore", "(?s).*encountered in", RuntimeWarning)
+                status = _main(argv)
         finally:
             sys.stdout.flush()  # a closed pipe surfaces here, not at the interpreter's exit
         return status
@@ -405,9 +458,20 @@ def main(argv=None) -> int:
         return EXIT_FAILURE
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the shell says things, ``zoo: ConvergenceWarning: ...``: no source line."""
+    print(f"zoo: {category.__name__}: {message}", file=sys.stderr if file is None else file)
+
+
 def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser(_model_asked_about(argv))
+    asked = _model_asked_about(argv)
+    if asked is not None and asked not in zoo.list_models():
+        _parser().error(
+            f"argument model: unknown model {asked!r}.{did_you_mean(asked, zoo.list_models())} "
+            "`zoo list` lists them."
+        )
+    parser = _parser(asked)
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in ("fit", "compare"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -528,15 +592,19 @@ def _print_fit(res, out, as_json: bool) -> None:
         # update (a Monte-Carlo estimate unless the guide draws nothing at random), and SVI in
         # stages returns the average of its last stage's iterates: said, so that it is not read
         # as a score of the returned fit.
-        estimate = (
-            "; the last step's, not the returned fit's"
-            if get_algorithm(res.algorithm).traits.stochastic
-            else ""
-        )
+        alg = get_algorithm(res.algorithm)
+        if alg.traits.estimate == "draws":  # a sampler: no stopping rule, chunks for steps
+            estimate = "; the mean over chains at the last draw"
+            chains, draws = next(iter(res.draws.values())).shape[:2]
+            warmup = int(res.options.get("num_warmup", 0))
+            length = f"{chains} chain(s) of {warmup} warm-up and {draws} draws"
+        else:
+            estimate = "; the last step's, not the returned fit's" if alg.traits.stochastic else ""
+            length = f"{res.num_steps} steps, converged={res.converged}"
         print(
-            f"{res.model} / {res.algorithm} / {res.backend}: objective "
-            f"{res.objective:.4f} nats ({res.objective_per_point:.4f} per point{estimate}) "
-            f"after {res.num_steps} steps, converged={res.converged}"
+            f"{res.model} / {res.algorithm} / {res.backend}: "
+            f"{objective_label(alg, res.spec, res.backend, res.guide)} {res.objective:.4f} nats "
+            f"({res.objective_per_point:.4f} per point{estimate}) after {length}"
         )
         for k, v in res.params.items():
             v = np.asarray(v)
@@ -560,6 +628,7 @@ def _compare(args, spec, options) -> int:
         data,
         algorithms,
         args.backends,
+        guides=args.guides,
         seeds=(args.seed,),
         num_steps=args.num_steps,
         progress=not args.json,

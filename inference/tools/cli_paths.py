@@ -30,9 +30,10 @@ def load_data(path, spec, seed):
             f"argument --data: {path!r} is not a regular file (a FIFO, device or socket)."
         )
     keys = sorted(spec.data)
-    if path.endswith(".npy") and len(keys) == 1:
+    extension = os.path.splitext(path)[1].lower()  # X.NPY as x.npy
+    if extension == ".npy" and len(keys) == 1:
         data = {keys[0]: _read_npy(path)}
-    elif path.endswith(".npz"):
+    elif extension == ".npz":
         data = _read_npz(path)
     else:
         raise ValueError(

@@ -231,8 +231,14 @@ def prepare(
         Labels are ``0..num_classes - 1``.
     patch_size : int
         Divides the image side; ``(side / patch_size)^2`` tokens.
-    width, num_heads, num_layers, mlp_dim :
-        Model width (divisible by ``num_heads``), heads, blocks, MLP size (default ``2 * width``).
+    width : int
+        Model width, the tokens' embedding size (divisible by ``num_heads``).
+    num_heads : int
+        Attention heads per block.
+    num_layers : int
+        Transformer blocks.
+    mlp_dim : int, optional
+        Hidden units of each block's MLP (default ``2 * width``).
     attention : {"weibull", "lognormal", "softmax"}
         The attention weights: ``"weibull"``, latent with a Weibull posterior and a Gamma prior;
         ``"lognormal"``, latent with a log-normal posterior and prior; both have the softmax
@@ -247,18 +253,25 @@ def prepare(
         Weibull shape ``k > 0`` of the posterior (larger: less noise).
     sigma : float
         Log-normal posterior scale ``> 0``.
-    prior_alpha, prior_beta : float
-        Gamma prior (Weibull attention), positive; ``prior_alpha`` unused with
-        ``prior="contextual"``.
-    prior_mean, prior_sigma : float
-        Log-normal prior mean (default ``1 / (visible keys)``) and log-scale, positive.
+    prior_alpha : float
+        Shape of the Gamma prior of the Weibull attention weights, positive; unused with
+        ``prior="contextual"``, where a network of the keys gives it.
+    prior_beta : float
+        Rate of the Gamma prior of the Weibull attention weights, positive.
+    prior_mean : float, optional
+        Mean of the log-normal prior of the attention weights, positive (default
+        ``1 / (visible keys)``); unused with ``prior="contextual"``.
+    prior_sigma : float
+        Log-scale of the log-normal prior of the attention weights, positive.
     prior_hidden : int
         Hidden units of the contextual-prior networks (default: the head dimension).
     kl_weight : float
         Weight of the KL term (> 0; 1 is the ELBO); the weight after the warm-up.
-    kl_anneal_steps, kl_anneal_start :
-        Linear warm-up of the KL weight from ``kl_anneal_start * kl_weight`` to ``kl_weight`` over
-        ``kl_anneal_steps`` SVI steps (0: none); see :func:`kl_weight_schedule`.
+    kl_anneal_steps : int
+        SVI steps of a linear warm-up of the KL weight to ``kl_weight`` (0: none); see
+        :func:`kl_weight_schedule`.
+    kl_anneal_start : float
+        Where the warm-up starts, as a fraction of ``kl_weight``.
     attention_mask : bool array (tokens, tokens), optional
         True where a token may attend to a key; every token must see at least one key.
 

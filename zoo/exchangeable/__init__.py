@@ -268,7 +268,8 @@ def prepare(
     K : int, optional
         Number of components (default 3, or ``len(means)``).
     means : array (K, D), optional
-        The component means; default :func:`default_means` ``(K, D, separation)``.
+        The component means; default: K points evenly spaced on a circle of radius
+        ``separation`` in the first two coordinates (:func:`default_means`).
     separation : float, optional
         Radius of the default means' circle (default 1; not with ``means``).
     scale : float
@@ -276,7 +277,10 @@ def prepare(
     weights : array (K,), optional
         Prior probabilities of the components (positive, summing to one); default uniform.
     objective : {"elbo", "supervised", "masked"}
-        What a fit maximises (module docstring).
+        What a fit maximises: ``"elbo"``, the generative model's ELBO with ``z`` summed out in
+        the attention guide; ``"supervised"``, ``log q(z | X)`` of simulated labels (data
+        ``{"x", "z"}``); ``"masked"``, each token predicted from the others through the
+        attention posterior.
     embed_dim : int, optional
         The attention's width E (default D); ``ideal_params`` needs ``E >= min(K, D)``.
     num_heads : int
