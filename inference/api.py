@@ -626,7 +626,7 @@ def _make(settings: _Settings, data, *, device, seed, init, dtype, num_data) -> 
     problem = Problem(
         spec=spec,
         data=data,
-        config=spec.prepare(data, **settings.model_options),
+        config=_prepared(spec, data, settings.model_options, source),
         backend=back,
         device=back.resolve_device(device),
         dtype=devices.dtype_name(dtype or spec.dtype or alg.traits.dtype),
@@ -639,6 +639,21 @@ def _make(settings: _Settings, data, *, device, seed, init, dtype, num_data) -> 
     if source is not None:  # later minibatches are checked against the config's bounds too
         source.config = problem.config
     return _Made(problem, redrawn, kept if settings.out_of_core else data)
+
+
+def _prepared(spec, data, model_options, source):
+    """The model's config; with data not in memory, made from the first minibatch, which an
+    error then names (a K above its rows is not above the data set's)."""
+    try:
+        return spec.prepare(data, **model_options)
+    except ValueError as err:
+        if source is None:
+            raise
+        rows = len(next(iter(data.values())))
+        raise ValueError(
+            f"{err} (With data not in memory, the model's options are checked against the first "
+            f"minibatch, of {rows} rows.)"
+        ) from err
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,8 @@ def test_bad_streaming_input(mapped, gmm_data):
         fit({"x": gmm_data}, num_data=N)
     with pytest.raises(DataError, match="step 2 has data\\['x'\\] of shape \\(50, 3\\)"):
         fit(iter([gmm_data[:B], np.ones((B, 3))]), num_data=N, num_steps=2)
+    with pytest.raises(ValueError, match=r"K=5 exceeds .*N=3.*first minibatch, of 3 rows"):
+        fit(iter([gmm_data[:3], gmm_data[3:B]]), num_data=N, num_steps=2, K=5)
     with pytest.raises(DataError, match="minibatch of step 1 is not valid.*2 dimensions"):
         fit(iter([gmm_data[:B, 0]]), num_data=N, num_steps=2)
 
