@@ -392,8 +392,7 @@ def fit(
         )
     result = final_result(results, state, history, converged)
     result.timing["wall"] = time.perf_counter() - started
-    _warn_unconverged(settings, result, rule_start(settings.alg, state))
-    return result
+    return _warn_unconverged(settings, result, rule_start(settings.alg, state))
 
 
 def make_problem(
@@ -789,10 +788,12 @@ def declared_defaults(alg, spec, given: dict, num_steps, tol) -> dict:
     }
 
 
-def _warn_unconverged(settings: _Settings, result, start: int = 0) -> None:
+def _warn_unconverged(settings: _Settings, result, start: int = 0):
     """A :class:`~inference.convergence.ConvergenceWarning` for a run that used all of its
     ``num_steps`` without meeting its stopping rule (none for ``tol`` None or 0: a fixed number
-    of steps was asked for), and for a sampler whose draws fail their diagnostics."""
+    of steps was asked for), and for a sampler whose draws fail their diagnostics. Returns the
+    result, a sampler's ``converged`` saying whether its draws passed them (a sampler has no
+    stopping rule)."""
     alg, spec, num_steps, tol = settings.alg, settings.spec, settings.num_steps, settings.tol
     run_name = f"{alg.name} on {spec.name!r} ({settings.back.NAME}" + (
         f", guide {result.guide!r})" if result.guide else ")"
@@ -808,10 +809,10 @@ def _warn_unconverged(settings: _Settings, result, start: int = 0) -> None:
                 convergence.ConvergenceWarning,
                 stacklevel=4,
             )
-        return
+        return dataclasses.replace(result, converged=not problems)
     ran_out = result.num_steps >= num_steps
     if result.converged or not tol or not ran_out:
-        return
+        return result
     stochastic = alg.traits.stochastic
     advice = alg.traits.slow_advice or (
         "Raise num_steps, or lower the learning rate (lr), or raise tol."
@@ -822,6 +823,7 @@ def _warn_unconverged(settings: _Settings, result, start: int = 0) -> None:
         run_name, result.num_steps, tol, advice, alg.traits.window if stochastic else None, start
     )
     warnings.warn(message, convergence.ConvergenceWarning, stacklevel=4)
+    return result
 
 
 def _validation(settings: _Settings, problem, state, results, stopping) -> tuple:

@@ -58,7 +58,9 @@ class FitResult:
     converged : bool
         Whether the run stopped because it met its stopping rule with ``tol``
         (``inference.convergence``); a run that used all of its ``num_steps`` without meeting it
-        is False and warned with :class:`~inference.ConvergenceWarning`. False for a sampler.
+        is False and warned with :class:`~inference.ConvergenceWarning`. A sampler, which has
+        no stopping rule: whether its chains passed their diagnostics (r-hat, effective sample
+        size, divergences), False when they are warned about.
     timing : dict of str to float
         Seconds: ``total`` (the steps), ``per_step`` (the median step), ``first_step`` (with
         its compilation), ``setup`` (from the call to the first step) and, from

@@ -71,6 +71,7 @@ def test_nuts_matches_the_exact_posterior_of_the_linear_regression(
     assert np.all(np.abs(draws.mean(axis=0) - mean) < 4 * standard_error)
     np.testing.assert_allclose(draws.std(axis=0), sd, rtol=0.1)
     assert float(az.rhat(regression_nuts.to_arviz()).to_array().max()) < 1.01
+    assert regression_nuts.converged  # its chains passed their diagnostics
 
 
 @pytest.mark.slow
@@ -111,6 +112,7 @@ def test_nuts_on_the_built_in_mixture_converges(gmm_nuts):
     _, res = gmm_nuts
     assert float(az.rhat(res.to_arviz()).to_array().max()) < 1.01
     assert res.sample_stats["diverging"].sum() == 0
+    assert res.converged
 
 
 def test_a_numpyro_run_resumes_to_the_uninterrupted_draws(regression_data, tmp_path):
@@ -386,3 +388,19 @@ def test_the_convergence_check_reads_the_draws_alone(brief_regression_nuts, monk
 
     monkeypatch.setattr(type(brief_regression_nuts), "to_arviz", not_needed)
     assert draw_problems(brief_regression_nuts) == expected
+    assert brief_regression_nuts.converged == (not expected)
+
+
+@pytest.mark.parametrize("problems", [[], ["r-hat 1.2 > 1.01"]])
+def test_a_samplers_converged_flag_is_its_diagnostics(regression_data, monkeypatch, problems):
+    """A sampler has no stopping rule: ``converged`` says whether its chains passed their
+    checks, False exactly when it is warned about."""
+    from inference import convergence
+
+    monkeypatch.setattr(convergence, "draw_problems", lambda result: problems)
+    options = dict(seed=2, progress=False, num_chains=1, num_warmup=5, num_draws=5)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        res = inference.fit(REGRESSION, regression_data, "nuts", "numpyro", **options)
+    warned = [w for w in said if issubclass(w.category, inference.ConvergenceWarning)]
+    assert res.converged == (not problems) and bool(warned) == bool(problems)
