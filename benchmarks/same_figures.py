@@ -30,7 +30,13 @@ def is_timing(column: str) -> bool:
     return column.endswith("_s")
 
 
+def _number(value):
+    """A figure as compared: JSON's null, which the tables write for NaN, as NaN."""
+    return math.nan if value is None else value
+
+
 def same(a, b) -> bool:
+    a, b = _number(a), _number(b)
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return type(a) is type(b) and a == b
@@ -39,6 +45,7 @@ def same(a, b) -> bool:
 def relative_difference(a, b) -> float | None:
     """``|a - b| / max(|a|, |b|)`` of two numbers (inf where one is NaN or infinite and the other
     is not); None for values that are not numbers."""
+    a, b = _number(a), _number(b)
     numbers = (int, float)
     if isinstance(a, bool) or isinstance(b, bool):
         return None

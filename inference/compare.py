@@ -554,7 +554,7 @@ def _row(run, seed, res, data, test_data, num_samples) -> dict:
         "guide": guide,
         "backend": backend,
         "seed": int(seed),
-        "objective": _objective_name(alg, target),
+        "objective": _objective_name(alg, target, res.config),
         "objective_per_point": objective / res.num_data,
         "heldout_log_pred_per_point": float(np.mean(heldout)),
         "steps": _length(alg, res),
@@ -789,21 +789,28 @@ def _guides(alg, spec, guides):
     return tuple(guides or spec.guides)
 
 
-def objective_label(alg, spec, backend: str, guide: str | None) -> str:
-    """What a fit's own objective is (its ``history["objective"]``): the closed-form updates'
-    objective or the algorithm's; "mean-field ELBO" for closed-form VI, whose table figure
-    sums ``z`` out and is higher."""
+def objective_label(alg, spec, backend: str, guide: str | None, config=None) -> str:
+    """What a fit's own objective is (its ``history["objective"]``), as ``zoo fit`` prints it:
+    "mean-field ELBO" for closed-form VI (a table scores its factors with ``z`` summed out,
+    higher), "relaxed ELBO" for a relaxed guide (a table scores it with ``z`` enumerated), else
+    what the table's ``objective`` column says (:func:`_objective_name`)."""
     if _scoring(alg, spec, backend, guide) == "summed-out":
         return "mean-field ELBO"
-    return _objective_name(alg, spec)
+    if guide is not None and spec.guide_kind(guide, backend).relaxed:
+        return "relaxed ELBO"
+    return _objective_name(alg, spec, config)
 
 
-def _objective_name(alg, spec) -> str:
+def _objective_name(alg, spec, config=None) -> str:
     """What a run's objective is: the model's closed-form updates say for them (an EM fit of
-    a MAP model ascends a log joint), else the algorithm."""
+    a MAP model ascends a log joint), else the model for its config (``spec.objective_name``:
+    a weighted KL, a supervised loss) where the algorithm ascends an ELBO, else the algorithm."""
     updates = spec.updates
     if updates is not None and alg.traits.estimate == updates.estimate:
         return updates.objective.replace("_", "-").replace("elbo", "ELBO")
+    named = getattr(spec, "objective_name", None)  # a spec of an older zoo has none
+    if named is not None and config is not None and alg.traits.objective == "ELBO":
+        return named(config)
     return alg.traits.objective
 
 

@@ -518,6 +518,7 @@ class _Run:
         self.stopped = None  # why a run ended before num_steps: "converged" or "early_stopping"
         self.in_step = False  # a step under way (set before it, cleared once it is recorded)
         self.saved = None  # (step, stopped) of the checkpoint this run last wrote
+        self.stream_read = None  # a stream's record of the minibatches the recorded steps took
         path = checkpointing.path
         if checkpointing.resume and path is not None and os.path.exists(path):
             self.state, self.history, self.start_step, self.stopped = restore(
@@ -559,6 +560,8 @@ class _Run:
         self.history["step"].append(step + 1)
         self.history["objective"].append(objective)
         self.history["time"].append(time.perf_counter() - self.t0)
+        if self.checkpointing.stream is not None:  # the minibatches the steps so far took
+            self.stream_read = self.checkpointing.stream.read_record()
         self.in_step = False
         return info
 
@@ -608,14 +611,16 @@ class _Run:
         try:
             value = self.validation.after_step(step + 1, self.state, self.alg, self.history)
         except NUMERICAL_ERRORS as err:
-            # The held-out data were scored once when the fit was set up, so a value error now
-            # is the parameters' (a scale the networks give gone to zero or beyond range).
+            # A row of the held-out data was scored when the fit was set up: an error of their
+            # structure (keys, shapes), the same for every row, would have shown there. A value
+            # error now is the parameters' (a scale the networks give gone to zero or out of
+            # range); the error's own words are kept in the message.
             if isinstance(err, RuntimeError) and not nonfinite_parameters(self.alg, self.state):
                 raise
             failure = f"{type(err).__name__}: {_first_line(err)}"
             what = f"Validation after step {step + 1} failed ({failure})"
             raise self.nonfinite_error(step + 1, what) from err
-        if self.validation.last_value_not_finite:
+        if getattr(self.validation, "last_value_not_finite", False):
             what = (
                 f"The validation objective became {self.history['validation'][-1]} after step "
                 f"{step + 1}"
@@ -647,8 +652,8 @@ class _Run:
         if (history["step"][-1], self.stopped) == self.saved:
             return  # written already (a checkpoint due at the last step)
         header = {**self.header, "step": history["step"][-1], "stopped": self.stopped}
-        if self.checkpointing.stream is not None:
-            header["stream_read"] = self.checkpointing.stream.read_record()
+        if self.stream_read is not None:  # not the minibatch of a step that failed
+            header["stream_read"] = self.stream_read
         try:
             _save(path, header, self.alg, self.state, history, self.validation)
             self.saved = (history["step"][-1], self.stopped)

@@ -154,7 +154,7 @@ CASES = [
     ("progress as an option", [*FIT, "--progress", "false"], "--progress is not an option", True),
     ("model as an option", [*FIT, "--model", "vae"], "--model is not an option", True),
     ("test data as an option", [*COMPARE, "--test-data", "x.npy"], "--test-data is not an", True),
-    ("guide to compare", [*COMPARE, "--guide", "enum"], "Did you mean '--guides'?", True),
+    ("guide to compare", [*COMPARE, "--guide", "enum"], "each guide of --guides NAMES", True),
     ("help of an unknown model", ["fit", "no_such_model", "--help"], "'no_such_model'", True),
 ]
 
@@ -379,6 +379,48 @@ def test_option_values_read_as_the_help_writes_them(capsys, monkeypatch):
     assert "stop here" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["fit", "gmm", "--option", "tol=0"], "--tol is a flag of `zoo fit`: give it as --tol"),
+        (["fit", "gmm", "--option", "seed=3"], "--seed is a flag of `zoo fit`"),
+        (["compare", "gmm", "--option", "guide=enum"], "runs each guide of --guides NAMES"),
+    ],
+)
+def test_a_flag_given_as_an_option_is_answered_with_the_flag(capsys, argv, said):
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_a_string_that_reads_as_a_number_in_python_stays_a_string(capsys, monkeypatch):
+    """Only Python's True, False, None and bracketed literals are read as Python: a checkpoint
+    named 2024_11_29 or a value 1,2 stays as typed."""
+    given = {}
+
+    def fit(*args, **options):
+        given.update(options)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(cli, "fit", fit)
+    assert main(["fit", "gmm", "--checkpoint", "2024_11_29", "--init", "1,2"]) == 2
+    assert given["checkpoint"] == "2024_11_29" and given["init"] == "1,2"
+
+
+@pytest.mark.parametrize(
+    "argv, label",
+    [
+        (["fit", "bayesian_gmm", "--algorithm", "svi", "--guide", "gumbel"], "relaxed ELBO"),
+        (["fit", "exchangeable_tokens", "--objective", "masked"], "leave-one-out log-likelihood"),
+        (["fit", "exchangeable_tokens"], "ELBO"),
+        (["fit", "bam_classifier", "--kl-weight", "0.5"], "ELBO with its KL weighted by 0.5"),
+    ],
+)
+def test_the_fit_line_names_what_was_ascended(capsys, argv, label):
+    assert main([*argv, "--num-steps", "2", "--tol", "0"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.split(": ", 1)[1].startswith(f"{label} -"), line
+
+
 def test_compare_runs_the_guides_given(workdir, capsys):
     argv = ["compare", "bayesian_gmm", "--data", "x.npy", "--algorithms", "svi", "--K", "2"]
     argv += ["--backends", "pyro", "--num-steps", "3", "--guides", "gumbel", "--tol", "0"]
@@ -389,7 +431,8 @@ def test_compare_runs_the_guides_given(workdir, capsys):
 
 def test_warnings_are_said_in_the_shells_words(capsys):
     """A ConvergenceWarning is one line, ``zoo: ConvergenceWarning: ...``, without the source
-    line Python's warnings print; numpy's overflow warnings are left to the error that follows."""
+    line Python's warnings print (numpy's overflow warnings before an error: the run that
+    diverges, below)."""
     assert main(["fit", "gmm", "--algorithm", "em", "--num-steps", "2", "--json"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("zoo: ConvergenceWarning: em on 'gmm'"), err

@@ -108,6 +108,35 @@ def test_resume_refuses_a_stream_of_other_minibatches(tmp_path, gmm_data):
     assert load_checkpoint(path)[0]["step"] == 6  # the refused resume wrote nothing
 
 
+def test_a_step_that_fails_after_reading_its_minibatch_leaves_it_out_of_the_record(
+    tmp_path, gmm_data, monkeypatch
+):
+    """A step that raises (a lost worker, a device out of memory) after reading its minibatch
+    is not checkpointed, nor is its minibatch: a resume with that minibatch mended continues."""
+    path = tmp_path / "run.zoo"
+    natural = inference.get_algorithm("svi-natural")
+    step, calls = natural.step, []
+
+    def fails_on_the_fourth(state):
+        calls.append(1)
+        out = step(state)
+        if len(calls) == 4:
+            raise RuntimeError("lost the device")
+        return out
+
+    monkeypatch.setattr(natural, "step", fails_on_the_fourth)
+    kwargs = dict(backend="pyro", num_data=N, num_steps=6)
+    with pytest.raises(RuntimeError, match="lost the device"):
+        fit(same_batches(gmm_data, 0, 6), checkpoint=path, **kwargs)
+    header = load_checkpoint(path)[0]
+    assert header["step"] == 3 and header["stream_read"]["minibatches"] == 3
+    monkeypatch.setattr(natural, "step", step)
+    mended = list(same_batches(gmm_data, 0, 6))
+    mended[3] = mended[3][::-1]
+    resumed = fit(iter(mended), checkpoint=path, resume=True, **kwargs)
+    assert resumed.num_steps == 6
+
+
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_nan_in_a_minibatch_names_the_step(tmp_path, gmm_data, backend):
     path = tmp_path / "run.zoo"

@@ -303,6 +303,10 @@ class ModelSpec:
         The precision a fit uses when the caller names none (default: the algorithm's).
     example_options : mapping
         Small model options for the shared checks (``zoo.testing``) and quick demos.
+    objective_name : callable, optional
+        ``objective_name(config) -> str``: what a fit by gradient steps ascends, for a model
+        whose options make it other than the ELBO (a weighted KL, a supervised loss); None: the
+        ELBO. Printed beside the figure (``zoo fit``, a comparison's ``objective`` column).
     algorithm_defaults : mapping of str to mapping
         The defaults this model wants where an algorithm's generic ones do not suit it, by
         algorithm name: its options (for ``"svi"``: ``lr``, ``num_particles``), ``num_steps``
@@ -391,6 +395,7 @@ class ModelSpec:
     algorithm_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     minibatch: bool = False
     example_options: Mapping[str, Any] = field(default_factory=dict)
+    objective_name: Callable[[Any], str] | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
     guide_coordinates: int = 1
     _: KW_ONLY

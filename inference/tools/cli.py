@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import inspect
 import json
 import os
@@ -131,17 +132,26 @@ def _comma_separated(check, example: str):
 # the command line
 
 
+#: Python's spellings of the constants the help writes defaults with.
+PYTHON_CONSTANTS = {"True": True, "False": False, "None": None}
+
+
 def _read_value(value: str):
-    """An option's value: JSON (numbers, lists, true/false, null), else a Python literal (True,
-    a tuple such as (100, 100), as the help shows defaults), else the string itself."""
+    """An option's value: JSON (numbers, lists, true/false, null); else Python's True, False or
+    None, or a bracketed literal such as (100, 100), as the help writes defaults; else the
+    string itself (a path such as 2024_11_29 or a name such as 1,2 stays a string)."""
     try:
         return json.loads(value)
     except json.JSONDecodeError:
         pass
-    try:
-        return ast.literal_eval(value)  # literals only: nothing is run
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return value
+    if value in PYTHON_CONSTANTS:
+        return PYTHON_CONSTANTS[value]
+    if value.strip()[:1] in ("(", "[", "{"):
+        try:
+            return ast.literal_eval(value)  # literals only: nothing is run
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+    return value
 
 
 def _extra_options(args, extra: list[str]) -> dict:
@@ -201,6 +211,12 @@ def _check_option_names(command: str, spec, options: dict) -> None:
     if command == "compare":
         known -= {"guide"}  # a comparison runs each of --guides
     for name in options:
+        if _flag(name) in COMMAND_FLAGS[command]:
+            raise ValueError(
+                f"{_flag(name)} is a flag of `zoo {command}`: give it as {_flag(name)} VALUE."
+            )
+        if command == "compare" and name == "guide":
+            raise ValueError("a comparison runs each guide of --guides NAMES (comma-separated).")
         if name not in known:
             flags = [_flag(k) for k in sorted(known)] + list(COMMAND_FLAGS[command])
             hint = did_you_mean(_flag(name), flags)
@@ -421,12 +437,12 @@ def main(argv=None) -> int:
     an error while running (a failed write) returns 1; Ctrl-C returns 130."""
     try:
         try:
+            held = []  # numpy's floating-point warnings, said only if no error follows
             with warnings.catch_warnings():
-                warnings.showwarning = _show_warning
-                # numpy's floating-point warnings ("overflow encountered in matmul") come before
-                # the error that says a run diverged, and say less.
-                warnings.filterwarnings("ignore", "(?s).*encountered in", RuntimeWarning)
+                warnings.showwarning = functools.partial(_show_warning, held=held)
                 status = _main(argv)
+            for message, category in held:  # an error would have said more ("diverged")
+                _show_warning(message, category, "", 0)
         finally:
             sys.stdout.flush()  # a closed pipe surfaces here, not at the interpreter's exit
         return status
@@ -458,8 +474,17 @@ def main(argv=None) -> int:
         return EXIT_FAILURE
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A warning as the shell says things, ``zoo: ConvergenceWarning: ...``: no source line."""
+def _show_warning(message, category, filename, lineno, file=None, line=None, held=None) -> None:
+    """A warning as the shell says things, ``zoo: ConvergenceWarning: ...``: no source line.
+    numpy's floating-point warnings ("overflow encountered in matmul") go to ``held``, when
+    given: before the error that says a run diverged, they say less."""
+    if (
+        held is not None
+        and issubclass(category, RuntimeWarning)
+        and "encountered in" in str(message)
+    ):
+        held.append((message, category))
+        return
     print(f"zoo: {category.__name__}: {message}", file=sys.stderr if file is None else file)
 
 
@@ -603,7 +628,8 @@ def _print_fit(res, out, as_json: bool) -> None:
             length = f"{res.num_steps} steps, converged={res.converged}"
         print(
             f"{res.model} / {res.algorithm} / {res.backend}: "
-            f"{objective_label(alg, res.spec, res.backend, res.guide)} {res.objective:.4f} nats "
+            f"{objective_label(alg, res.spec, res.backend, res.guide, res.config)} "
+            f"{res.objective:.4f} nats "
             f"({res.objective_per_point:.4f} per point{estimate}) after {length}"
         )
         for k, v in res.params.items():

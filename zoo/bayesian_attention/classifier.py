@@ -459,6 +459,13 @@ def predict_proba(
     )
 
 
+def objective_name(config) -> str:
+    """The ELBO, or with its KL weighted (the weight after any warm-up)."""
+    if config.kl_weight == 1.0:
+        return "ELBO"
+    return f"ELBO with its KL weighted by {config.kl_weight:g}"
+
+
 SPEC = ModelSpec(
     name="bam_classifier",
     description="Transformer classifier with Bayesian (Weibull / log-normal) attention weights",
@@ -477,6 +484,7 @@ SPEC = ModelSpec(
     make_data=make_data,
     config_type=BAMClassifierConfig,
     check_data=check_data,
+    objective_name=objective_name,
     dtype="float32",
     # A transformer: Adam at 3e-3, as the figures of record were trained (the generic SVI rate
     # of 0.05 suits a mixture's few parameters, not a network's).

@@ -374,6 +374,18 @@ class ExchangeableSpec(ModelSpec):
         return out
 
 
+#: What a fit ascends under each ``objective=`` (the module docstring says how).
+OBJECTIVE_NAMES = {
+    "elbo": "ELBO",
+    "supervised": "log q(z | X) of the true latents",
+    "masked": "leave-one-out log-likelihood",
+}
+
+
+def objective_name(config) -> str:
+    return OBJECTIVE_NAMES[config.objective]
+
+
 SPEC = ExchangeableSpec(
     name="exchangeable_tokens",
     description="Exchangeable tokens with a discrete latent; attention guide q(z | X)",
@@ -395,6 +407,7 @@ SPEC = ExchangeableSpec(
     prepare=prepare,
     make_data=make_data,
     config_type=ExchangeableConfig,
+    objective_name=objective_name,
     check_data=check_data,
     # An attention network: Adam at 0.03 for 3,000 steps, then 0.005, as its figures of record
     # were trained (the generic SVI schedule starts at 0.05).
