@@ -152,7 +152,9 @@ def first_line(err: BaseException) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument(
+        "--device", default="cuda", help="cuda (default), cuda:N, or cpu for the eager loop alone"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 1_000])
     parser.add_argument("--d", type=int, default=10)
     parser.add_argument("--k", type=int, default=20)
@@ -170,6 +172,9 @@ def main(argv=None):
     if args.quick:
         args.sizes, args.dtypes, args.steps = [2_000], ["float64"], 3
     cuda = torch.device(args.device).type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this machine has no CUDA device; --device cpu "
+                     "times the eager loop alone.")  # fmt: skip
     rows = []
     print(f"bayesian_gmm CAVI, D={args.d} K={args.k}, {args.steps} iterations per loop, "
           f"on {args.device}")  # fmt: skip

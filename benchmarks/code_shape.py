@@ -132,6 +132,8 @@ def main(argv=None) -> None:
     parser.add_argument("--most", type=int, default=10, help="rows in each table")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
+    if not (ROOT / args.folder).is_dir():
+        parser.error(f"{args.folder!r} is not a folder of the project ({ROOT}).")
     figures = shape(ROOT / args.folder, args.most)
     if args.folder == "inference":
         figures["contract"] = contract()

@@ -10,7 +10,8 @@ to run and are reported apart. The rows must name the same runs in the same orde
     python benchmarks/same_figures.py RUN_A/accuracy.json RUN_B/accuracy.json
     python benchmarks/same_figures.py RUN_A RUN_B   # every table (*.json) the two folders share
 
-The exit status is 0 when every figure but the timings is identical, 1 otherwise.
+The exit status is 0 when every figure but the timings is identical, 1 otherwise, and 2 for
+tables that do not hold the same runs.
 ``benchmarks/latency.py --keep DIR`` keeps each of its example runs' folders for this check.
 """
 
@@ -130,7 +131,10 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     tables = {}
     for name, a, b in table_pairs(args.a, args.b):
-        report = compare_rows(json.loads(a.read_text()), json.loads(b.read_text()))
+        try:
+            report = compare_rows(json.loads(a.read_text()), json.loads(b.read_text()))
+        except ValueError as err:  # other runs: not "figures differ" (exit 1), a usage error
+            parser.exit(2, f"same_figures: error: {name}: {err}\n")
         tables[name] = report
         print(markdown(name, report) + "\n")
     identical = all(not e["differ"] for t in tables.values() for e in t.values() if not e["timing"])

@@ -105,11 +105,16 @@ def main():
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--num-steps", type=int)
     parser.add_argument("--K", type=int, default=10)
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "streaming_memory.json"))
+    parser.add_argument(
+        "--out", help="default: results/streaming_memory.json (_quick.json with --quick)"
+    )
     parser.add_argument("--workdir")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.out is None:  # a smoke run never overwrites the full run's results
+        name = "streaming_memory_quick.json" if args.quick else "streaming_memory.json"
+        args.out = os.path.join(HERE, "results", name)
     if args.num_steps is None:
         args.num_steps = 50 if args.quick else 2000
     if args.child:

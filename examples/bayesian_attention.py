@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 
 import numpy as np
@@ -84,7 +83,9 @@ def parse_args(argv=None):
         help="training size of the reliability diagrams (default: the smallest)",
     )  # fmt: skip
     p.add_argument("--angles", type=float, nargs="+", default=[30.0, 60.0, 90.0])
-    p.add_argument("--backend", default="numpyro", choices=("pyro", "numpyro"))
+    p.add_argument(
+        "--backend", choices=("pyro", "numpyro"), help="default: numpyro (pyro with --quick)"
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=os.path.join("outputs", "bayesian_attention"))
@@ -94,13 +95,13 @@ def parse_args(argv=None):
         help="only rebuild the tables from a results.json (into results.md beside it); no fitting",
     )  # fmt: skip
     args = p.parse_args(argv)
-    if args.quick:
-        args.train_sizes = [500] if args.train_sizes == [10000] else args.train_sizes
-        args.num_test = min(args.num_test, 300)
-        args.epochs, args.batch_size, args.lr = [6.0], 100, 3e-3
-        args.width, args.layers, args.num_samples = 16, 1, 4
-        if "--backend" not in (sys.argv[1:] if argv is None else argv):
-            args.backend = "pyro"  # no compilation: faster for a handful of steps
+    if args.quick:  # smaller settings, each where the option was left at its default
+        quick = dict(train_sizes=[500], num_test=300, epochs=[6.0], batch_size=100, lr=3e-3)
+        for name, value in {**quick, "width": 16, "layers": 1, "num_samples": 4}.items():
+            if getattr(args, name) == p.get_default(name):
+                setattr(args, name, value)
+    # Pyro for --quick: no compilation, faster for a handful of steps.
+    args.backend = args.backend or ("pyro" if args.quick else "numpyro")
     if len(args.epochs) not in (1, len(args.train_sizes)):
         p.error(
             f"--epochs takes one value or one per training size ({len(args.train_sizes)}); got "

@@ -167,9 +167,11 @@ def main(argv=None):
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON last")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.K, args.num_train, args.steps, args.num_eval = 3, 128, 20, 100
-        args.max_train_length, args.lengths = 16, [4, 16, 64]
+    if args.quick:  # smaller settings, each where the option was left at its default
+        quick = dict(K=3, num_train=128, steps=20, num_eval=100, max_train_length=16)
+        for name, value in {**quick, "lengths": [4, 16, 64]}.items():
+            if getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
     args.backend = args.backend or ("pyro" if args.quick else "numpyro")
 
     rng = np.random.default_rng(args.seed)
@@ -238,7 +240,10 @@ def main(argv=None):
     print(table)
     for name, row in rows.items():
         local = ", ".join(f"{v:.2f}" for v in row["local_slopes"])
-        print(f"slope of log TV vs log N, {name}: {row['slope']:.2f}  (per doubling: {local})")
+        print(
+            f"slope of log TV vs log N, {name}: {row['slope']:.2f}  "
+            f"(between successive lengths: {local})"
+        )
     print(f"\nwrote {args.out}/error_vs_length.md, error_vs_length.png, results.json")
     if args.json:
         print(json.dumps(results))

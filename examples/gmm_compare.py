@@ -170,6 +170,10 @@ def parse_args(argv=None):
     )
     parser.add_argument("--out", default="outputs/gmm_compare")
     args = parser.parse_args(argv)
+    for flag, names in (("--backends", args.backends), ("--nuts-backends", args.nuts_backends)):
+        unknown = [name for name in names.split(",") if name not in zoo.BACKENDS]
+        if unknown:  # said now, not minutes in, when the runs reach them
+            parser.error(f"{flag}: unknown backend(s) {unknown}; the backends are {zoo.BACKENDS}.")
     if args.quick:
         args.n, args.svi_steps = 200, 30
         args.nuts_chains, args.nuts_warmup, args.nuts_draws = 2, 30, 30

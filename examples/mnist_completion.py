@@ -170,9 +170,11 @@ def main(argv=None):
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON last")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.K, args.steps, args.baseline_epochs = [10], 30, args.baseline_epochs or 2
-        args.num_train, args.num_test = args.num_train or 2000, args.num_test or 500
+    if args.quick:  # smaller settings, each where the option was left at its default
+        quick = dict(K=[10], steps=30, baseline_epochs=2, num_train=2000, num_test=500)
+        for name, value in quick.items():
+            if getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
 
     rng = np.random.default_rng(args.seed)
     # The test file is sorted by digit: subsets are drawn at random, not taken from the top.

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -93,10 +94,14 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.schedule_scale <= 0:
         p.error(f"--schedule-scale must be > 0; got {args.schedule_scale}.")
+    if args.evaluate_checkpoint and not args.checkpoint:
+        p.error("--evaluate-checkpoint scores the run of --checkpoint PATH; give the path.")
+    if args.quick:  # smaller settings, each where the option was left at its default
+        for name, value in dict(epochs=2, patience=2, eval_k=20).items():
+            if getattr(args, name) == p.get_default(name):
+                setattr(args, name, value)
     if args.epochs is None:
         args.epochs = sum(n for n, _ in epoch_stages(args)) if args.lr_schedule == "burda" else 500
-    if args.quick:
-        args.epochs, args.patience, args.eval_k = 2, 2, 20
     small = args.quick
     args.latent_dim = args.latent_dim or (8 if small else 50)
     args.hidden = args.hidden or ([64] if small else [200, 200])
@@ -131,12 +136,13 @@ def load(protocol: str, seed: int, quick: bool, with_train: bool = True):
             valid = dynamic_binarize(flat[50_000:], np.random.default_rng([seed, 1]))
             valid = valid.astype(np.float32)
     if quick:
-        # The binarized test file is not shuffled: take rows from all over it.
+        # The binarized test file is not shuffled: take rows from all over it, drawn apart from
+        # the training rows so that scoring a checkpoint alone scores the same test rows.
         pick = np.random.default_rng(seed + 1)
         if with_train:
             train = train[pick.choice(len(train), 2000, replace=False)]
             valid = valid[pick.choice(len(valid), 500, replace=False)]
-        rows = pick.choice(len(test), 500, replace=False)
+        rows = np.random.default_rng([seed, 3]).choice(len(test), 500, replace=False)
         test, labels = test[rows], (None if labels is None else labels[rows])
     return train, valid, test, labels
 
@@ -243,6 +249,9 @@ def main(argv=None):
         steps_per_epoch = res.num_data // args.batch_size
     else:
         steps_per_epoch = len(train) // args.batch_size
+        if steps_per_epoch == 0:
+            sys.exit(f"vae.py: error: --batch-size {args.batch_size} exceeds the {len(train)} "
+                     "training rows.")  # fmt: skip
         res = fit(args, train, valid, steps_per_epoch)
     metrics = report(args, res, test, labels, steps_per_epoch)
     print(json.dumps(metrics, indent=2))
@@ -286,6 +295,9 @@ def report(args, res, test, labels, steps_per_epoch):
         "best_epoch": (res.best_step or res.num_steps) / steps_per_epoch,
         "best_valid_elbo": float(np.max(res.history["validation"])),
         "train_seconds": float(res.history["time"][-1]),  # the loop's clock, across resumes
+        # The training steps alone (the median step times the steps of an epoch); an epoch on
+        # the loop's clock adds its binarization, validation and checkpoint: train_seconds /
+        # epochs_run.
         "seconds_per_epoch": res.timing["per_step"] * steps_per_epoch,
         **evaluate(res, test, args),
     }

@@ -109,7 +109,9 @@ class CrossAttentionCompleter:
         self.history = []
         from tqdm.auto import tqdm
 
-        bar = tqdm(range(epochs), desc="cross-attention", disable=not progress)
+        # disable=None: shown on a terminal only, so that logs and pipes stay free of
+        # carriage-return noise.
+        bar = tqdm(range(epochs), desc="cross-attention", disable=None if progress else True)
         for _ in bar:
             order = torch.as_tensor(rng.permutation(len(x)), device=self.device)
             total = 0.0
