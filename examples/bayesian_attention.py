@@ -23,7 +23,10 @@ default the smallest training size, pooled over seeds).
 Commands::
 
     python examples/bayesian_attention.py --quick      # seconds: a smoke run (tests run this)
-    python examples/bayesian_attention.py --seeds 0 1 2 --train-sizes 1000 10000 60000
+    # the experiment of docs/results/bayesian_attention.md (about 40 minutes on 2 cores):
+    python examples/bayesian_attention.py --backend numpyro --prior contextual --seeds 0 1 2 \
+        --train-sizes 1000 10000 60000 --epochs 100 20 5 --concentration 3 --sigma 0.4 \
+        --kl-weight 0.01
     python examples/bayesian_attention.py --summarize outputs/bayesian_attention/results.json
 
 The data directory is ``--data-dir``, else ``$ZOO_DATA_DIR``, else ``~/.cache/ppl-zoo``.

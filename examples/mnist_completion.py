@@ -19,8 +19,11 @@ and draws test digits with their soft and hard completions (``completions.png``)
 
 Commands::
 
-    python examples/mnist_completion.py --K 10 50 100   # the experiment (minutes)
     python examples/mnist_completion.py --quick         # seconds: a smoke run (tests run this)
+    # the experiment of docs/results/mnist_completion.md (K = 100 again with --steps 1500):
+    python examples/mnist_completion.py --K 10 50 100 500 --train-on train+valid \
+        --backend numpyro --dtype float32 --probs-prior 1.1 --steps 300 --tol 1e-4 \
+        --baseline-epochs 10
 
 The data directory is ``--data-dir``, else ``$ZOO_DATA_DIR``, else ``~/.cache/ppl-zoo``.
 """
