@@ -60,6 +60,19 @@ def gmm_data():
 
 
 @pytest.fixture(scope="session")
+def gmm_priors():
+    """Bayesian GMM priors (of 2-D data) away from scikit-learn's defaults: beta0 = 1, nu0 = D
+    and the data's mean and covariance would hide a slip in any of them."""
+    return {
+        "weight_concentration_prior": 0.7,
+        "mean_prior": [0.5, -1.0],
+        "mean_precision_prior": 2.5,
+        "degrees_of_freedom_prior": 4.0,
+        "covariance_prior": [[2.0, 0.3], [0.3, 0.5]],
+    }
+
+
+@pytest.fixture(scope="session")
 def resp0(gmm_data):
     return np.random.default_rng(1).dirichlet(np.ones(5), size=len(gmm_data))
 
