@@ -241,11 +241,12 @@ class Comparison:
             label = (
                 f"{row['algorithm']}{'-' + row['guide'] if row['guide'] else ''} ({row['backend']})"
             )
-            if row["guide"] and res.spec.guide_kind(row["guide"], row["backend"]).relaxed:
-                label += ", relaxed ELBO"
+            # The curve is the run's own objective: named where it is not the table's (a relaxed
+            # ELBO, CAVI's mean-field ELBO, below the summed-out one the table scores it by).
             alg = get_algorithm(row["algorithm"])
-            if _scoring(alg, res.spec, row["backend"], row["guide"]) == "summed-out":
-                label += f", {objective_label(alg, res.spec, row['backend'], row['guide'])}"
+            own = objective_label(alg, res.spec, row["backend"], row["guide"], res.config)
+            if own != row.get("objective"):
+                label += f", {own}"
             ax.plot(_time_after_warmup(res), y, label=label, lw=1.5)
         ax.set_xscale("log")
         # Each panel spans its own curves (at most 2 nats/point below the best run, where a first
@@ -298,9 +299,9 @@ def compare(
 
     An algorithm the model does not support runs on the model's maximum-likelihood twin
     (``spec.maximum_likelihood_twin``: ``"gmm"`` for ``"bayesian_gmm"``) when the twin supports
-    it, and is otherwise left out with a warning. Rows hold the final objective per point (the ELBO; a log-likelihood for EM), the
-    held-out log predictive per point, steps, wall time and the time to get within 0.01
-    nats/point of the best run's objective. Every run's options are checked before the first
+    it, and is otherwise left out with a warning. Rows hold the final objective per point (the
+    ELBO; a log-likelihood for EM), the held-out log predictive per point, steps, wall time and
+    the time to get within 0.01 nats/point of the best run's objective. Every run's options are checked before the first
     run, and an option that no run takes (each run's algorithm or model would ignore it) is an
     error.
 
@@ -808,9 +809,8 @@ def _objective_name(alg, spec, config=None) -> str:
     updates = spec.updates
     if updates is not None and alg.traits.estimate == updates.estimate:
         return updates.objective.replace("_", "-").replace("elbo", "ELBO")
-    named = getattr(spec, "objective_name", None)  # a spec of an older zoo has none
-    if named is not None and config is not None and alg.traits.objective == "ELBO":
-        return named(config)
+    if spec.objective_name is not None and config is not None and alg.traits.objective == "ELBO":
+        return spec.objective_name(config)
     return alg.traits.objective
 
 

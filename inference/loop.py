@@ -609,7 +609,7 @@ class _Run:
         is not finite, or one that fails on parameters gone out of range, ends the run as a
         non-finite training objective does: the last good parameters kept, with advice."""
         try:
-            value = self.validation.after_step(step + 1, self.state, self.alg, self.history)
+            stop = self.validation.after_step(step + 1, self.state, self.alg, self.history)
         except NUMERICAL_ERRORS as err:
             # A row of the held-out data was scored when the fit was set up: an error of their
             # structure (keys, shapes), the same for every row, would have shown there. A value
@@ -620,13 +620,14 @@ class _Run:
             failure = f"{type(err).__name__}: {_first_line(err)}"
             what = f"Validation after step {step + 1} failed ({failure})"
             raise self.nonfinite_error(step + 1, what) from err
-        if getattr(self.validation, "last_value_not_finite", False):
+        scored = self.history.get("validation_step", [])
+        if scored and scored[-1] == step + 1 and not math.isfinite(self.history["validation"][-1]):
             what = (
                 f"The validation objective became {self.history['validation'][-1]} after step "
                 f"{step + 1}"
             )
             raise self.nonfinite_error(step + 1, what)
-        return value
+        return stop
 
     def call_back(self, callback, step: int, info) -> None:
         """``callback(step + 1, state, info)``; a callback that raises to stop the run has the

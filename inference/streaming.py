@@ -283,7 +283,7 @@ class StreamSource:
         for key in sorted(item):
             value = np.ascontiguousarray(np.asarray(item[key]))
             self._read.update(f"{key}|{value.dtype.str}|{value.shape}|".encode())
-            self._read.update(value.tobytes())
+            self._read.update(value.data)  # its buffer, not a copy: this is every step
         self._steps_read += 1
         if self._expected_read is None or self._steps_read != self._expected_read[0]["minibatches"]:
             return

@@ -38,7 +38,6 @@ class Validation:
             raise ValueError(f"patience must be None or an int in [1, inf); got {patience!r}.")
         self.evaluate, self.every, self.patience = evaluate, int(every), patience
         self.best_step, self.best_value, self.best_params = None, -np.inf, None
-        self.last_value_not_finite = False
 
     def after_step(self, step: int, state, alg, history) -> bool:
         """Evaluate if due; returns True when early stopping says stop."""
@@ -47,8 +46,7 @@ class Validation:
         value = float(self.evaluate(state))
         history.setdefault("validation_step", []).append(step)
         history.setdefault("validation", []).append(value)
-        self.last_value_not_finite = not np.isfinite(value)
-        if self.last_value_not_finite:
+        if not np.isfinite(value):
             return False  # the fit ends as a non-finite objective does (inference.loop)
         if value > self.best_value:
             self.best_step, self.best_value = step, value
