@@ -62,6 +62,12 @@ def run_process(argv, cache, cwd=ROOT, pythonpath=ROOT) -> tuple[float, str]:
     return wall, done.stdout
 
 
+def say(message: str) -> None:
+    """A line on stderr as each measurement starts: a new process takes seconds, the example
+    minutes, and the table comes at the end."""
+    print(f"latency: {message}", file=sys.stderr, flush=True)
+
+
 def fit_in_process(cache, size, backend, fits=1):
     wall, out = run_process(["-c", FIT, *map(str, size), str(fits), backend], cache)
     return wall, json.loads(out.splitlines()[-1])
@@ -71,8 +77,11 @@ def small_fits(backends, size, repeats, scratch) -> list[dict]:
     rows = []
     for backend in backends:
         cache = Path(tempfile.mkdtemp(dir=scratch))
+        say(f"{backend}: a small fit in a new process, cold cache")
         cold, _ = fit_in_process(cache, size, backend)
+        say(f"{backend}: the same, warm cache, {repeats} time(s)")
         warm = [fit_in_process(cache, size, backend)[0] for _ in range(repeats)]
+        say(f"{backend}: three fits in one process")
         _, timings = fit_in_process(cache, size, backend, fits=3)
         second = timings[1]
         rows.append(
@@ -113,6 +122,7 @@ def example_runs(checkouts, quick, scratch, keep=None) -> list[dict]:
                 out = keep / f"{label.replace(' ', '-')}-{run}"
                 out.mkdir(parents=True, exist_ok=True)
             argv = [str(checkout / "examples/gmm_compare.py"), "--out", str(out)]
+            say(f"gmm_compare.py{' --quick' if quick else ''} of {label}, {run} cache (minutes)")
             wall, _ = run_process(
                 argv + (["--quick"] if quick else []), cache, cwd=checkout, pythonpath=checkout
             )

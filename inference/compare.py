@@ -681,10 +681,10 @@ def _length(alg, res):
     """How long a run was: its steps, or a sampler's chains x iterations per chain (warm-up
     included), such as ``"4 x 1000"``: the loop's steps of a sampler are chunks of
     iterations, a figure no one asked for."""
-    if alg.traits.estimate != "draws" or not res.draws:
+    if alg.traits.estimate != "draws" or res.chains is None:
         return res.num_steps
-    chains, draws = next(iter(res.draws.values())).shape[:2]
-    return f"{chains} x {draws + int(res.options.get('num_warmup', 0))}"
+    chains, warmup, draws = res.chains
+    return f"{chains} x {warmup + draws}"
 
 
 def _samplers() -> list[str]:

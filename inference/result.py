@@ -212,6 +212,15 @@ class FitResult:
         """
         return len(self.history["objective"])
 
+    @property
+    def chains(self) -> tuple[int, int, int] | None:
+        """A sampler's chains, warm-up iterations and draws per chain; None for a fit that
+        kept no draws."""
+        if not self.draws:
+            return None
+        chains, draws = next(iter(self.draws.values())).shape[:2]
+        return chains, int(self.options.get("num_warmup", 0)), draws
+
     def sample_posterior(self, num_samples: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
         """Draws of the global latents from the fitted posterior (a point mass for EM).
 

@@ -178,6 +178,17 @@ def test_a_non_finite_init_is_refused_up_front_naming_its_key(model, backend, ra
         _fit_from(model, backend, init)
 
 
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("key", ["stick_a", "scale_tril", "dof"])
+def test_an_init_outside_its_support_is_refused_naming_its_key(key, backend, raw_params):
+    init = raw_params("bayesian_gmm", backend)
+    # A negative concentration, a Cholesky factor with a negative diagonal, a Wishart's degrees
+    # of freedom below the dimension less one: finite, of the right shape, and refused.
+    init[key] = -np.abs(init[key]) - 1.0
+    with pytest.raises(ValueError, match=rf"init\[{key!r}\] where given\) lies outside"):
+        _fit_from("bayesian_gmm", backend, init)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("model", sorted(NETWORKS))
 def test_a_wrongly_shaped_init_names_its_key_and_both_shapes(model, backend, raw_params):

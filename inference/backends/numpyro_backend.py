@@ -29,7 +29,7 @@ from inference import learning_rate  # noqa: E402
 from inference.backends import exported  # noqa: E402
 from inference.backends.numpyro_adam import StagedAdam  # noqa: E402
 from inference.backends.sites import data_plate_log_prob  # noqa: E402
-from inference.backends.svi_setup import SVISetup  # noqa: E402
+from inference.backends.svi_setup import SVISetup, start_outside_support  # noqa: E402
 from zoo import devices  # noqa: E402
 from zoo.array_namespace import JaxOps, convert_config  # noqa: E402
 
@@ -610,6 +610,7 @@ class SVIEngine:
         # Commit the initial state to the device: the update's outputs are committed, and an
         # uncommitted input would make the second call compile the update again.
         self._initial = jax.device_put(state, placement)
+        _check_starts(start, self.params(self._initial), setup.dtype)
 
     def initial_state(self):
         return self._initial
@@ -647,6 +648,18 @@ class SVIEngine:
             state, jax.random.PRNGKey(seed), self.data, self._arrays, temperature
         )
         return -float(wait_for_step(value) if self._watch else value)
+
+
+def _check_starts(start: dict, params: dict, dtype: str) -> None:
+    """Refuses a starting value that its ``param`` site's constraint refuses. NumPyro keeps a
+    parameter unconstrained and does not check the value it started from; one outside the
+    support does not come back from the round trip (a logarithm of a negative scale is NaN,
+    weights are normalised), and the first step's objective would be NaN, blamed on the
+    learning rate."""
+    rtol = 1e-3 if dtype == "float32" else 1e-6
+    for name, value in start.items():
+        if name in params and not np.allclose(params[name], value, rtol=rtol, atol=rtol * 1e-3):
+            raise ValueError(start_outside_support(name))
 
 
 def as_params(params: dict, device, dtype: str) -> dict:

@@ -26,7 +26,7 @@ from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
 from inference.backends.pyro_trace_elbo import JitTraceELBO
 from inference.backends.pyro_traced import TracedGraphs
 from inference.backends.sites import data_plate_log_prob
-from inference.backends.svi_setup import SVISetup
+from inference.backends.svi_setup import SVISetup, start_outside_support
 from inference.backends.torch_compiled import CompiledUpdate
 from zoo import devices
 from zoo.array_namespace import TorchOps, convert_config
@@ -254,7 +254,7 @@ class SVIEngine:
             if device.type == "cuda":
                 torch.cuda.manual_seed(setup.seed)
             # Create the parameters now (Pyro makes them lazily), so params() works before step().
-            with torch.no_grad():
+            with torch.no_grad(), _CheckedStarts(setup.start or {}):
                 self.loss.loss(
                     model,
                     guide,
@@ -492,6 +492,26 @@ class SVIEngine:
                 self.config,
                 temperature=self._temperature(temperature),
             )
+
+
+class _CheckedStarts(poutine.messenger.Messenger):
+    """Refuses a starting value of ``names`` that its ``param`` site's constraint refuses, as
+    the parameter is made and under its own name: a distribution of the guide would refuse it
+    later, naming the distribution's argument instead."""
+
+    def __init__(self, names):
+        super().__init__()
+        self.names = set(names)
+
+    def _pyro_param(self, msg):
+        name, *given = msg["args"]
+        if name not in self.names or not given or name in pyro.get_param_store():
+            return
+        value = given[0]() if callable(given[0]) else given[0]
+        msg["args"] = (name, value)  # made once
+        constraint = msg["kwargs"].get("constraint") or torch.distributions.constraints.real
+        if not bool(constraint.check(value).all()):
+            raise ValueError(start_outside_support(name))
 
 
 def _tensors(tree):

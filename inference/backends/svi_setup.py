@@ -71,3 +71,13 @@ class SVISetup:
         names = {f.name for f in dataclasses.fields(cls)}
         given = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
         return cls(**{**{k: v for k, v in given.items() if k in names}, **derived})
+
+
+def start_outside_support(name: str) -> str:
+    """What an engine says of a starting value that its parameter's constraint refuses."""
+    return (
+        f"The starting value of parameter {name!r} (init[{name!r}] where given) lies outside "
+        "the parameter's support: a scale or concentration not positive, a Cholesky factor "
+        "whose diagonal is not positive, weights that do not sum to one. init takes values "
+        "as a fit's raw_params hold them (constrained), of the same model."
+    )

@@ -620,8 +620,7 @@ def _print_fit(res, out, as_json: bool) -> None:
         alg = get_algorithm(res.algorithm)
         if alg.traits.estimate == "draws":  # a sampler: no stopping rule, chunks for steps
             estimate = "; the mean over chains at the last draw"
-            chains, draws = next(iter(res.draws.values())).shape[:2]
-            warmup = int(res.options.get("num_warmup", 0))
+            chains, warmup, draws = res.chains
             length = f"{chains} chain(s) of {warmup} warm-up and {draws} draws"
         else:
             estimate = "; the last step's, not the returned fit's" if alg.traits.stochastic else ""
