@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from inference import convergence
 from inference.algorithm import Algorithm, progress_text, rule_start, state_fact
 from inference.backends import tree_codec
-from inference.persistence import checkpoint, state_tree
+from inference.persistence import checkpoint, saved_fit, state_tree
 from inference.streaming import DataError
 
 RUNNING_MEAN_STEPS = 100
@@ -397,6 +397,38 @@ def _restore_tree(path, fresh, skeleton, arrays):
     return state_tree.restore(fresh, tree)
 
 
+#: What every checkpoint's history holds, one entry a step.
+_HISTORY = ("step", "objective", "time")
+
+
+def _check_run_record(path, saved: dict, arrays: dict) -> None:
+    """The checkpoint's record of its run (the step it reached, why it stopped, its options and
+    history) is of the types and lengths a run writes: a damaged or crafted file is refused
+    here, rather than failing steps later or resuming from a step its history does not hold."""
+
+    def refuse(what):
+        raise checkpoint.CheckpointError(f"Checkpoint {path!r} is damaged: {what}.")
+
+    step = saved.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        refuse(f"its step is {step!r}, not a number of steps taken")
+    if saved.get("stopped") not in (None, "converged", "early_stopping"):
+        refuse(f"it says it stopped for {saved.get('stopped')!r}")
+    tol = saved.get("tol")
+    if tol is not None and (isinstance(tol, bool) or not isinstance(tol, int | float)):
+        refuse(f"its tol is {tol!r}")
+    if not isinstance(saved.get("options", {}), dict):
+        refuse("its options are not a mapping of names to values")
+    history = {k[len("history/") :]: v for k, v in arrays.items() if k.startswith("history/")}
+    missing = [k for k in _HISTORY if k not in history]
+    if missing:
+        refuse(f"its history lacks {missing}")
+    saved_fit.check_history(path, history)
+    steps = history["step"]
+    if len(steps) != step or steps[-1] != step:
+        refuse(f"it is at step {step}, and its history holds {len(steps)} step(s)")
+
+
 def restore(path, header, alg, state, validation=None, stream=None):
     """Load a checkpoint written for the same run; returns (state, history, step, stopped), with
     ``stopped`` "converged" or "early_stopping" for a run that ended before its last step. A
@@ -406,6 +438,7 @@ def restore(path, header, alg, state, validation=None, stream=None):
     if saved.get("kind") != "checkpoint":
         what = "a saved fit" if saved.get("kind") == "fit_result" else repr(saved.get("kind"))
         raise checkpoint.CheckpointError(f"{path!r} is {what}, not a checkpoint to resume.")
+    _check_run_record(path, saved, arrays)
     if "num_steps" not in header.get("options", {}):  # an extendable run (older files record it)
         saved["options"] = {k: v for k, v in saved.get("options", {}).items() if k != "num_steps"}
     for key in (

@@ -660,7 +660,6 @@ class FitResult:
             "best_step": self.best_step,
             "family": self.family,
             "config": config_scalars,
-            "arrays": saved_fit.manifest(arrays),
         }
         checkpoint.save(path, header, arrays)
 
@@ -772,7 +771,6 @@ def load(path) -> FitResult:
     if header.get("kind") != "fit_result":
         raise checkpoint.CheckpointError(f"{path!r} is a {header.get('kind')!r}, not a saved fit.")
     saved_fit.check_header(path, header)
-    saved_fit.check_manifest(path, header.get("arrays"), arrays)
     try:
         spec = get_model(header["model"])
     except (KeyError, ValueError) as err:

@@ -4,6 +4,7 @@ data-parallel group) is named in the refusal, and a checkpoint written before a 
 recorded still resumes the run it was written by."""
 
 import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -210,3 +211,60 @@ def test_a_checkpoint_a_fresh_run_will_replace_is_named_with_the_run_it_holds(tm
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*holds a run")
         _fit(x, backend, path, num_steps=4, resume=True)
+
+
+# --- a damaged or crafted record of the run ----------------------------------------------------
+
+
+def _drop(key):
+    return lambda header, arrays: arrays.pop(key)
+
+
+def _set(key, value):
+    return lambda header, arrays: header.__setitem__(key, value)
+
+
+DAMAGED_RECORDS = {
+    "no step": (lambda header, arrays: header.pop("step"), "its step is None"),
+    "a step of text": (_set("step", "x"), "its step is 'x'"),
+    "a negative step": (_set("step", -5), "its step is -5"),
+    "a step past its history": (_set("step", 10), "it is at step 10, and its history holds 2"),
+    "options not a mapping": (_set("options", [1]), "its options are not a mapping"),
+    "an unknown reason to stop": (_set("stopped", "bored"), "it says it stopped for 'bored'"),
+    "a tol of text": (_set("tol", "x"), "its tol is 'x'"),
+    "a history lost": (_drop("history/time"), r"its history lacks \['time'\]"),
+    "a history of two lengths": (
+        lambda header, arrays: arrays.__setitem__("history/time", np.zeros(3)),
+        "history arrays disagree in length",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED_RECORDS, ids=list(DAMAGED_RECORDS))
+def test_a_damaged_record_of_the_run_is_refused_on_resume(tmp_path, x, case):
+    """Written with the manifest made to agree (a crafted file): the header's and history's own
+    checks refuse it, before any step, rather than a KeyError steps later or a resume from a
+    step the history does not hold."""
+    change, words = DAMAGED_RECORDS[case]
+    path = tmp_path / "run.zoo"
+    _fit(x, "pyro", path)
+    header, arrays = checkpoint.load(path)
+    change(header, arrays)
+    checkpoint.save(path, header, arrays)
+    with pytest.raises(CheckpointError, match=words):
+        _fit(x, "pyro", path, num_steps=4, resume=True)
+
+
+def test_a_member_a_damaged_zip_directory_drops_is_named(tmp_path, x):
+    """zipfile reads an archive whose central directory lost an entry without a word: the
+    header's manifest names the member that is gone."""
+    path = tmp_path / "run.zoo"
+    _fit(x, "pyro", path)
+    with zipfile.ZipFile(path) as old:
+        members = {i.filename: old.read(i) for i in old.infolist()}
+    with zipfile.ZipFile(path, "w") as new:
+        for name, payload in members.items():
+            if name != "history/time.npy":
+                new.writestr(name, payload)
+    with pytest.raises(CheckpointError, match="lacks the member 'history/time' it was saved"):
+        _fit(x, "pyro", path, num_steps=4, resume=True)

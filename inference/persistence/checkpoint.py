@@ -68,6 +68,7 @@ def save(path, header: dict, arrays: dict[str, np.ndarray]) -> None:
     The file is written next to its destination and renamed over it, so an interrupted save leaves
     the previous file intact. The destination's directory must exist.
     """
+    header = {**header, "arrays": _manifest(arrays)}
     text = json.dumps({"format": FORMAT, **header}, default=_plain)
     payload = {_HEADER: np.frombuffer(text.encode(), np.uint8)}
     for key, value in arrays.items():
@@ -175,7 +176,40 @@ def _checked_read(path, names=None) -> tuple[dict, dict[str, np.ndarray]]:
 
 def load(path) -> tuple[dict, dict[str, np.ndarray]]:
     """Read a file written by :func:`save`; a damaged file raises :class:`CheckpointError`."""
-    return _checked_read(path)
+    header, arrays = _checked_read(path)
+    _check_manifest(path, header.get("arrays"), arrays)
+    return header, arrays
+
+
+def _manifest(arrays: dict[str, np.ndarray]) -> dict:
+    """Each array's shape and dtype, which :func:`save` records in the header and :func:`load`
+    checks: a member lost to a damaged zip directory (which zipfile can skip without a word) or
+    replaced is named, rather than missed steps later."""
+    return {k: [list(np.shape(v)), np.asarray(v).dtype.str] for k, v in arrays.items()}
+
+
+def _check_manifest(path, recorded: dict | None, arrays: dict) -> None:
+    """Every array the file was written with is there, with its shape and dtype, and no other
+    (files written before the manifest was recorded are read as they are)."""
+    if recorded is None:
+        return
+    if not isinstance(recorded, dict):
+        raise CheckpointError(f"{path!r}: the header's array manifest is damaged.")
+    for key in sorted(set(recorded) - set(arrays)):
+        raise CheckpointError(f"{path!r} lacks the member {key!r} it was saved with.")
+    for key in sorted(set(arrays) - set(recorded)):
+        raise CheckpointError(f"{path!r} holds a member {key!r} it was not saved with.")
+    for key, entry in recorded.items():
+        value = arrays[key]
+        try:
+            shape, dtype = tuple(entry[0]), np.dtype(entry[1])
+        except (TypeError, ValueError, IndexError) as err:
+            raise CheckpointError(f"{path!r}: the manifest entry of {key!r} is damaged.") from err
+        if value.shape != shape or value.dtype != dtype:
+            raise CheckpointError(
+                f"{path!r}: member {key!r} has shape {value.shape} and dtype {value.dtype}; it "
+                f"was saved with shape {shape} and dtype {dtype}."
+            )
 
 
 def read_header(path) -> dict:

@@ -28,11 +28,6 @@ FIELDS = {
 }
 
 
-def manifest(arrays: dict[str, np.ndarray]) -> dict:
-    """What :func:`check_manifest` reads back: each array's shape and dtype."""
-    return {k: [list(np.shape(v)), np.asarray(v).dtype.str] for k, v in arrays.items()}
-
-
 def check_header(path, header: dict) -> None:
     missing = sorted(set(FIELDS) - set(header))
     if missing:
@@ -48,30 +43,6 @@ def check_header(path, header: dict) -> None:
     best = header.get("best_step")
     if best is not None and (not isinstance(best, int) or isinstance(best, bool) or best < 0):
         raise CheckpointError(f"{path!r}: the header's 'best_step' is {best!r}.")
-
-
-def check_manifest(path, recorded: dict | None, arrays: dict) -> None:
-    """Every array the file was written with is there, with its shape and dtype, and no other
-    (files written before the manifest was recorded are read as they are)."""
-    if recorded is None:
-        return
-    if not isinstance(recorded, dict):
-        raise CheckpointError(f"{path!r}: the header's array manifest is damaged.")
-    for key in sorted(set(recorded) - set(arrays)):
-        raise CheckpointError(f"{path!r} lacks the member {key!r} it was saved with.")
-    for key in sorted(set(arrays) - set(recorded)):
-        raise CheckpointError(f"{path!r} holds a member {key!r} it was not saved with.")
-    for key, entry in recorded.items():
-        value = arrays[key]
-        try:
-            shape, dtype = tuple(entry[0]), np.dtype(entry[1])
-        except (TypeError, ValueError, IndexError) as err:
-            raise CheckpointError(f"{path!r}: the manifest entry of {key!r} is damaged.") from err
-        if value.shape != shape or value.dtype != dtype:
-            raise CheckpointError(
-                f"{path!r}: member {key!r} has shape {value.shape} and dtype {value.dtype}; it "
-                f"was saved with shape {shape} and dtype {dtype}."
-            )
 
 
 def _check_config_value(path, spec, name, value, hint) -> None:
