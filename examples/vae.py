@@ -43,6 +43,7 @@ import numpy as np
 import inference
 import zoo
 from zoo.datasets import dynamic_binarize, load_binarized_mnist, load_mnist
+from zoo.files import write_text
 from zoo.vae import decode, encode
 
 
@@ -204,13 +205,18 @@ def pictures(res, test, labels, out):
 
 
 def from_checkpoint(path, test, args):
-    """The best-validated parameters of a checkpoint, as a FitResult (config from ``args``); a
-    saved fit (``FitResult.save``) is read as it is."""
+    """The best-validated parameters of a checkpoint, as a FitResult (config from ``args``,
+    refused unless it is the one the checkpoint was trained with); a saved fit
+    (``FitResult.save``) is read as it is."""
     from inference.persistence.checkpoint import load as load_checkpoint
+    from inference.persistence.checkpoint_header import config_arrays, config_summary, fingerprint
 
     header, arrays = load_checkpoint(path)
     if header.get("kind") == "fit_result":
         return inference.load(path)
+    if header.get("model") != "vae" or "validation" not in header:
+        sys.exit(f"vae.py: error: {path} is not a checkpoint of this script's VAE fit (model "
+                 f"{header.get('model')!r}, validated: {'validation' in header}).")  # fmt: skip
     best = {k[len("best/") :]: v for k, v in arrays.items() if k.startswith("best/")}
     history = {k[len("history/") :]: v for k, v in arrays.items() if k.startswith("history/")}
     spec = zoo.get_model("vae")
@@ -220,6 +226,15 @@ def from_checkpoint(path, test, args):
         hidden=tuple(args.hidden),
         activation=args.activation,
     )
+    if fingerprint(config_arrays(config)) != header.get("config_fingerprint"):
+        there, here = header.get("config", {}), config_summary(config)
+        differ = ", ".join(
+            f"{k}: {there.get(k)!r} there, {here[k]!r} here"
+            for k in sorted(here)
+            if there.get(k) != here[k]
+        )
+        sys.exit(f"vae.py: error: {path} was trained with another network ({differ}); pass the "
+                 "--latent-dim, --hidden and --activation it was trained with.")  # fmt: skip
     return inference.FitResult(
         model="vae",
         algorithm="svi",
@@ -306,8 +321,7 @@ def report(args, res, test, labels, steps_per_epoch):
         metrics.update(evaluate(res, static_test, args, prefix="static_test"))
     res.save(os.path.join(args.out, "vae_fit.zoo"))
     pictures(res, test, labels, args.out)
-    with open(os.path.join(args.out, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    write_text(os.path.join(args.out, "metrics.json"), json.dumps(metrics, indent=2))
     return metrics
 
 

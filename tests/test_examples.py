@@ -18,13 +18,21 @@ def run_example(name, argv):
 def test_vae_example_quick(tmp_path, data_dir, monkeypatch):
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
     monkeypatch.setenv("ZOO_OFFLINE", "1")
-    metrics = run_example("vae", ["--quick", "--backend", "pyro", "--out", str(tmp_path)])
+    argv = ["--quick", "--backend", "pyro", "--checkpoint", str(tmp_path / "run.zoo")]
+    metrics = run_example("vae", [*argv, "--out", str(tmp_path)])
     assert metrics["epochs_run"] == 2 and metrics["test_rows"] == 500
     # A bound and a tighter estimate of log p(x), both in nats per image.
     assert -550 < metrics["test_elbo"] < metrics["test_log_px_k20"] < 0
     assert json.loads((tmp_path / "metrics.json").read_text())["test_elbo"] == metrics["test_elbo"]
     assert (tmp_path / "vae_reconstructions_samples.png").is_file()
     assert np.isfinite(metrics["best_valid_elbo"])
+    # The checkpoint scored alone gives the run's figures; with another network it is refused
+    # (the best parameters of a tanh network scored as a relu one are other, wrong, figures).
+    again = run_example("vae", [*argv, "--evaluate-checkpoint", "--out", str(tmp_path / "e")])
+    for key in ("test_elbo", "test_log_px_k20", "best_valid_elbo"):
+        assert again[key] == metrics[key]
+    with pytest.raises(SystemExit, match="activation: 'tanh' there, 'relu' here"):
+        run_example("vae", [*argv, "--evaluate-checkpoint", "--activation", "relu"])
 
 
 def test_vae_example_burda_schedule():
@@ -83,3 +91,22 @@ def test_gmm_compare_example_quick(tmp_path):
     written += ["accuracy.md", "accuracy.json", "marginals.png"]
     assert all((tmp_path / name).is_file() for name in written)
     assert "sd_ratio_median" in (tmp_path / "accuracy.md").read_text()
+
+
+def test_a_table_that_fails_to_render_leaves_the_results_it_would_replace(tmp_path):
+    """Results are written whole or not at all: a run stopped while it writes a table keeps the
+    file of the run before (it was emptied first)."""
+    script = runpy.run_path(str(EXAMPLES / "gmm_compare.py"), run_name="gmm_compare")
+    (tmp_path / "table.json").write_text('{"previous": "results"}')
+
+    class Stopped:
+        def to_markdown(self):
+            return "| a table |"
+
+        def to_json(self):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        script["write_table"](Stopped(), tmp_path, "table")
+    assert (tmp_path / "table.json").read_text() == '{"previous": "results"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["table.json", "table.md"]
