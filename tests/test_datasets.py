@@ -1,5 +1,6 @@
 """Tests for zoo.datasets; they read the shared data folder and never touch the network."""
 
+import http.client
 import io
 import os
 import shutil
@@ -207,6 +208,30 @@ def test_download_via_patched_opener(data_dir, tmp_path, monkeypatch, mnist_test
     np.testing.assert_array_equal(images, mnist_test[0])
     np.testing.assert_array_equal(labels, mnist_test[1])
     assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(served)
+
+
+class _CutShort(io.BytesIO):
+    """A response whose connection closes partway, with a Content-Length that is not a number."""
+
+    headers = {"Content-Length": "12abc"}
+
+    def read(self, size=-1):
+        raise http.client.IncompleteRead(b"partial", 100)
+
+
+def test_a_download_cut_short_tries_the_next_mirror(data_dir, tmp_path, monkeypatch):
+    rel = "mnist/t10k-labels-idx1-ubyte.gz"
+    blob = (data_dir / rel).read_bytes()
+    urls = ["http://first.invalid/a.gz", "http://second.invalid/a.gz"]
+    served = {urls[0]: _CutShort, urls[1]: lambda: io.BytesIO(blob)}
+    monkeypatch.setattr(datasets, "_urlopen", lambda url, *a, **k: served[url]())
+    monkeypatch.delenv("ZOO_OFFLINE", raising=False)
+    assert datasets._fetch(rel, tmp_path, urls).read_bytes() == blob
+    served[urls[1]] = _CutShort  # both cut short: the error says where to get the file
+    (tmp_path / rel).unlink()
+    with pytest.raises(DatasetError, match="IncompleteRead|partial.*Download it from"):
+        datasets._fetch(rel, tmp_path, urls)
+    assert not list((tmp_path / "mnist").iterdir())
 
 
 def test_download_with_bad_bytes_fails(data_dir, tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -216,8 +217,9 @@ def _download(url: str, dest: Path, expected_sha256: str) -> None:
 
     Raises
     ------
-    OSError, DatasetError
-        On network/file errors or a checksum mismatch; ``dest`` is left untouched.
+    OSError, http.client.HTTPException, DatasetError
+        On network/file errors, a response cut short or a checksum mismatch; ``dest`` is left
+        untouched.
     """
     from tqdm.auto import tqdm
 
@@ -225,7 +227,7 @@ def _download(url: str, dest: Path, expected_sha256: str) -> None:
         digest = hashlib.sha256()
         with _urlopen(url) as resp:
             total = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
-            total = int(total) if total else None
+            total = int(total) if total and total.isdigit() else None  # for the bar alone
             with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
                 while chunk := resp.read(_CHUNK):
                     out.write(chunk)
@@ -257,7 +259,9 @@ def _fetch(rel: str, data_dir: Path, urls: list[str], note: str = "") -> Path:
         try:
             _download(url, dest, SHA256[rel])
             return dest
-        except (OSError, DatasetError) as exc:  # URLError is an OSError
+        # URLError is an OSError; a connection cut mid-response (IncompleteRead) or a reply
+        # that is not HTTP is an HTTPException: either way, the next mirror.
+        except (OSError, http.client.HTTPException, DatasetError) as exc:
             errors.append(f"{url}: {exc}")
     raise DatasetError(
         f"Missing data file {dest} and the download failed ({'; '.join(errors)}). {note}{where}"
