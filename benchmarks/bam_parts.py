@@ -37,6 +37,7 @@ from zoo.bayesian_attention.torch_distributions import (
     log_of_draw,
     masked_log_softmax,
 )
+from zoo.files import write_text
 
 
 def parts(batch, heads, tokens, head_dim, concentration=10.0, sigma=0.1):
@@ -129,8 +130,7 @@ def main(argv=None):
     for name, us in table.items():
         print(f"| {name} | {us:.0f} |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"settings": vars(args), "us_per_call": table}, f, indent=2)
+        write_text(args.json, json.dumps({"settings": vars(args), "us_per_call": table}, indent=2))
     return table
 
 

@@ -33,6 +33,7 @@ from unittest.mock import patch
 import numpy as np
 
 import inference
+from zoo.files import write_text
 
 VARIANTS = ("softmax", "weibull", "lognormal")
 
@@ -241,8 +242,7 @@ def main(argv=None):
             f"| {whole} |"
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"settings": vars(args), "results": table}, f, indent=2)
+        write_text(args.json, json.dumps({"settings": vars(args), "results": table}, indent=2))
     return table
 
 

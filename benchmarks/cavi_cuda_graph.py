@@ -49,6 +49,7 @@ import zoo  # noqa: E402
 from inference.backends.torch_compiled import CompiledUpdate  # noqa: E402
 from zoo.array_namespace import AsGivenLayout, TorchOps  # noqa: E402
 from zoo.bayesian_gmm import closed_form  # noqa: E402
+from zoo.files import write_text  # noqa: E402
 
 
 def make_problem(n, d, k):
@@ -228,8 +229,7 @@ def main(argv=None):
     if not cuda:
         print("(CUDA graphs need a CUDA device: the eager loop alone was timed)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        write_text(args.json, json.dumps(rows, indent=2))
     return rows
 
 

@@ -23,6 +23,8 @@ import warnings
 
 import numpy as np
 
+from zoo.files import write_text
+
 
 def make_problem(n, d, k, seed=0):
     rng = np.random.default_rng(seed)
@@ -151,8 +153,7 @@ def main(argv=None):
         f"memory-bound time {out['memory_bound_time_s'] * 1e3:.2f} ms"
     )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+        write_text(args.json, json.dumps(out, indent=2))
     return out
 
 

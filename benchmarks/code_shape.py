@@ -21,6 +21,8 @@ import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from zoo.files import write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -153,7 +155,7 @@ def main(argv=None) -> None:
             f"({', '.join(c['abstract_names'])}); Traits: {c['traits_fields']} fields"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+        write_text(Path(args.json), json.dumps(figures, indent=1) + "\n")
 
 
 if __name__ == "__main__":

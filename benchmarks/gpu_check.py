@@ -1055,8 +1055,9 @@ def write_report(run: Run, goals: list[dict]) -> dict:
         "total_seconds": run.elapsed(),
     }
     if run.args.json:
-        with open(run.args.json, "w") as f:
-            json.dump(report, f, indent=2, default=_json_default)
+        from zoo.files import write_text  # as every import of the zoo here: in the run
+
+        write_text(run.args.json, json.dumps(report, indent=2, default=_json_default))
     return report
 
 

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from zoo.files import write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 FIT = """
@@ -192,7 +194,7 @@ def main(argv=None):
     result["examples"] = examples
     print(markdown(fits, examples))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        write_text(Path(args.json), json.dumps(result, indent=1) + "\n")
     return result
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import inference
 import zoo
 from inference.algorithms.closed_form import start_values
+from zoo.files import write_text
 
 MODEL = "bayesian_gmm"
 
@@ -168,9 +169,8 @@ def main(argv=None):
             f"ratio {ours / bare:.2f}"
         )
     if args.json:
-        with open(args.json, "w") as f:
-            settings = {k: v for k, v in vars(args).items() if k != "json"}
-            json.dump({"settings": settings, "rows": rows}, f, indent=1)
+        settings = {k: v for k, v in vars(args).items() if k != "json"}
+        write_text(args.json, json.dumps({"settings": settings, "rows": rows}, indent=1))
     return rows
 
 

@@ -36,6 +36,7 @@ import inference
 import zoo
 from inference import accuracy
 from inference.compare import REFERENCE_DRAWS, Comparison, _accuracy
+from zoo.files import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,7 +185,7 @@ def main(argv=None):
         print(f"NUTS seed {seed}: {references[-1]}", flush=True)
         if args.tables:
             args.tables.mkdir(parents=True, exist_ok=True)
-            (args.tables / f"accuracy_seed{seed}.json").write_text(json.dumps(tables[-1], indent=2))
+            write_text(args.tables / f"accuracy_seed{seed}.json", json.dumps(tables[-1], indent=2))
     summary = summarize(tables, references)
 
     perturbed = None
@@ -226,7 +227,7 @@ def main(argv=None):
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_text(args.json, json.dumps(result, indent=1) + "\n")
     return result
 
 

@@ -58,6 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import inference
 import zoo
+from zoo.files import write_text
 
 HERE = Path(__file__).resolve().parent
 ROWS = ("cavi", "vae", "bam")
@@ -358,8 +359,7 @@ def main(argv=None):
                 cells.append(_cell(row.get("launches"), ".0f"))
             print(f"| {name} | " + " | ".join(cells) + " |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"steps": steps, "results": results}, f, indent=2)
+        write_text(args.json, json.dumps({"steps": steps, "results": results}, indent=2))
     return results
 
 

@@ -23,6 +23,8 @@ import math
 import sys
 from pathlib import Path
 
+from zoo.files import write_text
+
 #: What names a run: the rows of the two tables must agree on these, in order.
 IDENTITY = ("model", "algorithm", "guide", "backend")
 
@@ -140,7 +142,7 @@ def main(argv=None) -> dict:
     identical = all(not e["differ"] for t in tables.values() for e in t.values() if not e["timing"])
     result = {"identical": identical, "tables": tables}
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_text(args.json, json.dumps(result, indent=1) + "\n")
     return result
 
 

@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from zoo.files import write_text
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FULL_SIZES = (1_000_000, 3_000_000, 10_000_000)
 QUICK_SIZES = (300_000, 1_000_000, 3_000_000)
@@ -143,8 +145,7 @@ def main():
         "runs": runs,
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    write_text(args.out, json.dumps(report, indent=2))
     print(f"wrote {args.out}")
 
 

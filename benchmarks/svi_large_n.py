@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from zoo.files import write_text
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "extend"
 MODEL = "bayesian_linear_regression"
 
@@ -98,7 +100,7 @@ def main(argv=None) -> list[dict]:
                 flush=True,
             )
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "results": results}, indent=1))
+        write_text(args.json, json.dumps({"rows": rows, "results": results}, indent=1))
     return results
 
 

@@ -32,6 +32,8 @@ sys.path.insert(0, HERE)
 
 from streaming_memory import write_mixture  # noqa: E402
 
+from zoo.files import write_text  # noqa: E402
+
 
 def heldout(spec, raw, config, x_test, num_samples, seed=0):
     """Per-point held-out log predictive of a fitted CAVI-family posterior."""
@@ -155,8 +157,7 @@ def main(argv=None):
         "svi_natural_faster": bool(reached) and reached[0]["time_s"] < cavi_s,
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    write_text(args.out, json.dumps(report, indent=2))
     summary = {k: v for k, v in report.items() if k != "svi_natural"}
     summary["svi_natural"] = {k: v for k, v in report["svi_natural"].items() if k != "curve"}
     print(json.dumps(summary, indent=2))

@@ -19,6 +19,7 @@ import numpy as np
 import inference
 import zoo
 from inference.loop import Length, run
+from zoo.files import write_text
 
 ALGORITHM = inference.get_algorithm("svi")
 LR = 0.05
@@ -103,8 +104,7 @@ def main(argv=None):
             f"ms/step, ratio {min(zoo_t) / min(bare_t):.3f}"
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+        write_text(args.json, json.dumps(out, indent=2))
     return out
 
 

@@ -24,6 +24,7 @@ import torch
 import inference
 import zoo
 from zoo.datasets import load_binarized_mnist
+from zoo.files import write_text
 from zoo.vae.pyro_model import Decoder, Encoder
 
 
@@ -136,8 +137,7 @@ def main(argv=None):
     for name, row in table.items():
         print(f"| {name} | {row['seconds_per_epoch']:.2f} | {row['x_plain_pytorch']:.2f} |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"settings": vars(args), "results": table}, f, indent=2)
+        write_text(args.json, json.dumps({"settings": vars(args), "results": table}, indent=2))
     return table
 
 

@@ -47,6 +47,7 @@ import inference
 from zoo.bayesian_attention import metrics
 from zoo.bayesian_attention.classifier import predict_proba
 from zoo.datasets import load_mnist
+from zoo.files import write_text
 
 ATTENTIONS = ("softmax", "weibull", "lognormal")
 CLEAN_METRICS = ("accuracy", "nll", "ece", "entropy")
@@ -302,8 +303,7 @@ def summarize(path: str) -> str:
     with open(path) as f:
         results = json.load(f)
     table = markdown_tables(results["runs"], results["settings"])
-    with open(os.path.splitext(path)[0] + ".md", "w") as f:
-        f.write(table)
+    write_text(os.path.splitext(path)[0] + ".md", table)
     return table
 
 
@@ -349,10 +349,11 @@ def main(argv=None):
 
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "data_dir", "json")}
     table = markdown_tables(runs, settings)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(table)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"settings": settings, "runs": runs}, f, indent=2)
+    write_text(os.path.join(args.out, "results.md"), table)
+    write_text(
+        os.path.join(args.out, "results.json"),
+        json.dumps({"settings": settings, "runs": runs}, indent=2),
+    )
     title = f"clean test digits, {shown} training images, {len(args.seeds)} seed(s) pooled"
     plot_reliability(curves, os.path.join(args.out, "reliability.png"), title)
     print(table)

@@ -49,6 +49,7 @@ import numpy as np
 import inference
 from inference.loop import labelled_bar
 from zoo import exchangeable as ex
+from zoo.files import write_text
 
 OBJECTIVES = ("elbo", "supervised", "masked")
 
@@ -219,8 +220,7 @@ def main(argv=None):
         row["local_slopes"] = local_slopes(args.lengths, row["tv"])
 
     table = markdown_table(args.lengths, rows)
-    with open(os.path.join(args.out, "error_vs_length.md"), "w") as f:
-        f.write(table)
+    write_text(os.path.join(args.out, "error_vs_length.md"), table)
     plot(args.lengths, rows, os.path.join(args.out, "error_vs_length.png"))
     results = {
         "settings": {k: v for k, v in vars(args).items() if k not in ("json",)},
@@ -233,8 +233,7 @@ def main(argv=None):
             for name, row in rows.items()
         },
     }
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    write_text(os.path.join(args.out, "results.json"), json.dumps(results, indent=2))
 
     print(f"\nmean TV(P(z | X), q(z | X)) over {args.num_eval} fresh sequences per N:\n")
     print(table)

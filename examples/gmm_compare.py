@@ -39,6 +39,7 @@ import inference
 import zoo
 from inference import accuracy
 from inference.compare import Comparison
+from zoo.files import write_text
 
 
 def plot_ellipses(comparison, x, path):
@@ -130,10 +131,8 @@ def plot_marginals(comparison, reference, path, num_components=3):
 def write_table(table, out, name):
     # flush: a table shows as soon as it is ready, also through a pipe (`| tee log`)
     print(table.to_markdown(), flush=True)
-    with open(os.path.join(out, f"{name}.md"), "w") as f:
-        f.write(table.to_markdown() + "\n")
-    with open(os.path.join(out, f"{name}.json"), "w") as f:
-        f.write(table.to_json())
+    write_text(os.path.join(out, f"{name}.md"), table.to_markdown() + "\n")
+    write_text(os.path.join(out, f"{name}.json"), table.to_json())
 
 
 def parse_args(argv=None):

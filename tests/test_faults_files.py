@@ -171,6 +171,20 @@ def test_atomic_write_refuses_special_files(tmp_path, kind):
     assert _kind(path) == kind
 
 
+def test_a_file_that_cannot_be_made_is_named_by_the_path_asked_for(tmp_path, monkeypatch):
+    """A read-only folder (as seen by a user that is not root): the error names the file the
+    caller asked for, not the hidden temporary file beside it."""
+
+    def refuse(path, *args):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(zoo_files.os, "open", refuse)
+    with pytest.raises(PermissionError) as info:
+        zoo_files.write_text(tmp_path / "results.json", "{}")
+    assert info.value.filename == str(tmp_path / "results.json")
+    assert ".tmp-" not in str(info.value)
+
+
 @pytest.mark.parametrize("kind", sorted(SPECIAL))
 def test_unwritable_reason_names_special_files_and_links_to_them(tmp_path, kind):
     target = SPECIAL[kind](tmp_path / "target")

@@ -47,6 +47,8 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
             continue
+        except OSError as err:  # named by the file asked for, not the hidden one beside it
+            raise type(err)(err.errno, err.strerror, os.path.join(directory, name)) from err
 
 
 def probe_writable(directory, name: str = "probe") -> None:
@@ -138,3 +140,9 @@ def atomic_write(path, write, *, durable: bool = False, make_parents: bool = Tru
                 os.close(dir_fd)
         except OSError:  # some file systems cannot fsync a directory; the file itself is written
             pass
+
+
+def write_text(path, text: str) -> None:
+    """``text`` written to ``path`` in UTF-8 by :func:`atomic_write`: a run stopped while it
+    writes its results keeps the results file it had, not an empty or half-written one."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
