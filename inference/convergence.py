@@ -160,6 +160,7 @@ def draw_problems(result) -> list[str]:
             f"least {MIN_DRAWS_FOR_DIAGNOSTICS})"
         )
         return [too_few] + ([divergence_problem(divergences)] if divergences else [])
+    stuck = stuck_problems(result.draws)
     import warnings
 
     import arviz as az
@@ -169,4 +170,26 @@ def draw_problems(result) -> list[str]:
     with warnings.catch_warnings():  # r-hat of one chain, ESS of a constant: NaN, said here
         warnings.simplefilter("ignore")
         summary = az.summary(az.from_dict(posterior=result.draws), kind="diagnostics")
-    return nuts_problems(summary, divergences, num_chains)
+    return stuck + nuts_problems(summary, divergences, num_chains)
+
+
+def stuck_problems(draws: dict) -> list[str]:
+    """Chains that did not move, which r-hat and ESS cannot show (ArviZ gives NaN for them,
+    and an entry fixed by the model's structure, a Cholesky factor's zeros, is NaN too): an
+    entry that stays put in some chains but moves in others, or stays put in every chain at
+    different values, or every entry of every site in every chain at one value."""
+    problems, everything_fixed = [], True
+    for name, values in draws.items():
+        values = np.asarray(values, dtype=float).reshape(*np.shape(values)[:2], -1)
+        fixed = np.ptp(values, axis=1) == 0  # (chains, entries): no move within the chain
+        some = fixed.any(axis=0) & ~fixed.all(axis=0)
+        apart = fixed.all(axis=0) & (np.ptp(values[:, 0], axis=0) > 0)
+        everything_fixed &= bool(fixed.all())
+        if some.any():
+            chains = np.flatnonzero(fixed[:, np.flatnonzero(some)[0]]).tolist()
+            problems.append(f"chain(s) {chains} never moved at {name!r} while others did")
+        elif apart.any():
+            problems.append(f"every chain stayed where it started at {name!r}, apart")
+    if everything_fixed and draws:
+        problems.append("no chain moved from where it started")
+    return problems

@@ -141,6 +141,10 @@ def test_kl_weight_schedule():
     )  # fmt: skip
     state = svi.init(problem, svi.options({}))
     np.testing.assert_allclose([state.bound.schedule(s) for s in (0, 100, 500)], [0.05, 0.5, 0.5])
+    # The stopping rule waits for the warm-up's end: the objective changes with it until then.
+    from inference.algorithm import rule_start
+
+    assert rule_start(svi, svi.init(problem, svi.options({"lr": 1e-3}))) == 100
     # Without a warm-up the twins give no schedule: SVI passes no temperature, and the model
     # scales the sites by the config's kl_weight, a number (no tensor arithmetic per step).
     for backend in ("pyro", "numpyro"):

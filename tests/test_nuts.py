@@ -377,11 +377,13 @@ def test_numpyro_vectorized_chains_draw_what_sequential_chains_draw(regression_d
 def test_the_convergence_check_reads_the_draws_alone(brief_regression_nuts, monkeypatch):
     """The check after a sampler's run finds what ArviZ's summary of the whole result finds,
     without ``to_arviz``, which also scores every draw at every data point."""
-    from inference.convergence import draw_problems, nuts_problems
+    from inference.convergence import draw_problems, nuts_problems, stuck_problems
 
     summary = az.summary(brief_regression_nuts.to_arviz(), kind="diagnostics")
     divergences = int(np.sum(brief_regression_nuts.sample_stats["diverging"]))
     expected = nuts_problems(summary, divergences, num_chains=4)
+    # Chains that never moved, which r-hat and ESS cannot say, come first.
+    expected = stuck_problems(brief_regression_nuts.draws) + expected
 
     def not_needed(*args, **kwargs):
         raise AssertionError("the convergence check converted the whole result")

@@ -86,9 +86,10 @@ class SVIOptions:
     temperature : (float, float)
         A relaxed guide's temperature schedule ``(start, end)``, both positive: annealed
         geometrically from ``start`` to ``end`` over the steps before the learning rate's last
-        stage (9,000 at the default rate), where the stopping rule starts, or over ``num_steps``
-        when they are fewer or the rate is constant. Giving it for a guide that is not relaxed
-        is an error.
+        stage (9,000 at the default rate), where the stopping rule starts; with a constant
+        rate over the first half of ``num_steps``, and the rule starts there; with fewer steps
+        than the stages, over ``num_steps``. Giving it for a guide that is not relaxed is an
+        error.
     batch_size : int, optional
         The minibatch size, in ``[1, N]`` (default: full batch). Each epoch visits every point
         once (the last incomplete batch is dropped) and the data plate scales the log-density
@@ -207,7 +208,7 @@ def check_temperature(temperature) -> tuple[float, float]:
     if len(values) != 2 or not finite:
         raise ValueError(
             "temperature must be a pair (start, end) of positive floats, the relaxed guide's "
-            f"temperature annealed geometrically from start to end over num_steps; got "
+            f"temperature annealed geometrically from start to end; got "
             f"{temperature!r}."
         )
     return float(values[0]), float(values[1])
@@ -310,6 +311,20 @@ def geometric_schedule(start: float, end: float, num_steps: int):
     )
 
 
+def _settles_at(schedule, num_steps: int) -> int:
+    """The first step from which ``schedule`` (a temperature or KL weight the objective reads;
+    None: none) keeps its last value, by bisection: one that keeps a value once it reaches it.
+    The objective changes with the schedule until then, so the stopping rule waits for it (a
+    run stopped on an objective still annealing has not converged)."""
+    if schedule is None or num_steps < 2:
+        return 0
+    last, low, high = schedule(num_steps - 1), 0, num_steps - 1
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if schedule(middle) == last else (middle + 1, high)
+    return low
+
+
 def _binary_keys(spec) -> list[str]:
     return [key for key, field in spec.data.items() if field.binary]
 
@@ -355,10 +370,14 @@ class SVI(Algorithm):
         kind = spec.guide_kind(guide, back.NAME)
         if kind.relaxed:
             # The temperature reaches its end when the learning rate enters its last stage,
-            # where the stopping rule starts: that rule then sees a fixed objective (annealed
+            # and the stopping rule waits for both: it then sees a fixed objective (annealed
             # over num_steps, the run stopped at about a third of the default 30,000, still at
-            # 0.46). With a constant rate, or fewer steps than the stages, over num_steps.
-            anneal_steps = settled if 0 < settled < problem.num_steps else problem.num_steps
+            # 0.46). With a constant rate, over the first half of num_steps, so that the rule
+            # has the second; with fewer steps than the stages, over num_steps.
+            if settled == 0:
+                anneal_steps = max(1, problem.num_steps // 2)
+            else:
+                anneal_steps = min(settled, problem.num_steps)
             schedule = geometric_schedule(*check_temperature(options.temperature), anneal_steps)
         elif hasattr(twin, "temperature_schedule"):  # e.g. a KL-weight warm-up the model reads
             schedule = twin.temperature_schedule(problem.config, problem.num_steps)
@@ -422,7 +441,7 @@ class SVI(Algorithm):
             bound,
             params=engine.initial_state(),
             guide=guide,
-            rule_start=settled,
+            rule_start=max(settled, _settles_at(schedule, problem.num_steps)),
             record=_record(options, problem, guide),
             schedule_spans_steps=schedule is not None and spans_steps,
         )

@@ -391,6 +391,7 @@ class _CompiledSVI:
         self.config, self.init_temperature, self.shardings = config, init_temperature, shardings
         self.device, self.persist_key, self.dtype = device, persist_key, dtype
         self.starts_are_arguments = True  # until a trace finds a start it did not replace
+        self.kept_own = set()  # the sites of the last init that kept a value of their own
         self.treedef = None  # of NumPyro's SVI state, once an initialisation is traced
         self._inits: dict = {}
         self._init_args = None  # shapes of the last initialisation's arguments
@@ -436,7 +437,7 @@ class _CompiledSVI:
         fingerprint = None if self.starts_are_arguments else _values_fingerprint(starts)
         if fingerprint not in self._inits:
             svi = self.svi if fingerprint is None else SVI(model, guide, self.optim, self.loss)
-            traced = {"starts_replaced": True}
+            traced = {"starts_replaced": True, "baked": set()}
             compiled = self._function(
                 self._init_fn(svi, traced),
                 "init",
@@ -450,6 +451,7 @@ class _CompiledSVI:
             (key, data, arrays, starts),
         )
         state = compiled(key, data, arrays, starts)
+        self.kept_own = traced["baked"]  # read once traced (one kept on disk replaced all)
         if fingerprint is None and not traced["starts_replaced"]:
             # The trace holds these starting values as constants: key it by them.
             self.starts_are_arguments = False
@@ -469,6 +471,7 @@ class _CompiledSVI:
                     temperature=self.init_temperature,
                 )
             traced["starts_replaced"] = not handler.baked
+            traced["baked"] = set(handler.baked)
             leaves, self.treedef = jax.tree_util.tree_flatten(state)
             return tuple(leaves)
 
@@ -610,7 +613,7 @@ class SVIEngine:
         # Commit the initial state to the device: the update's outputs are committed, and an
         # uncommitted input would make the second call compile the update again.
         self._initial = jax.device_put(state, placement)
-        _check_starts(start, self.params(self._initial), setup.dtype)
+        _check_starts(start, self.params(self._initial), setup.dtype, compiled.kept_own)
 
     def initial_state(self):
         return self._initial
@@ -650,15 +653,19 @@ class SVIEngine:
         return -float(wait_for_step(value) if self._watch else value)
 
 
-def _check_starts(start: dict, params: dict, dtype: str) -> None:
+def _check_starts(start: dict, params: dict, dtype: str, kept_own=()) -> None:
     """Refuses a starting value that its ``param`` site's constraint refuses. NumPyro keeps a
     parameter unconstrained and does not check the value it started from; one outside the
     support does not come back from the round trip (a logarithm of a negative scale is NaN,
     weights are normalised), and the first step's objective would be NaN, blamed on the
-    learning rate."""
+    learning rate. ``kept_own``: the sites that kept a value of their own (``_ParamStarts``)."""
     rtol = 1e-3 if dtype == "float32" else 1e-6
+    networks = tuple(site.split("$")[0] + "." for site in kept_own if site.endswith("$params"))
     for name, value in start.items():
-        if name in params and not np.allclose(params[name], value, rtol=rtol, atol=rtol * 1e-3):
+        own = name in kept_own or (networks and name.startswith(networks))
+        if own or name not in params:
+            continue
+        if not np.allclose(params[name], value, rtol=rtol, atol=rtol * 1e-3):
             raise ValueError(start_outside_support(name))
 
 

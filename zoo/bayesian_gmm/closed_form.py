@@ -253,7 +253,7 @@ def init_natural_state(resp, cache, config, xp, scale=1.0) -> dict:
 
 def natural_step(state, cache, config, xp, rho, scale):
     """One stochastic natural-gradient step on the minibatch in ``cache``; returns (state, the
-    minibatch estimate of the ELBO in nats).
+    minibatch's unbiased estimate of the ELBO, in nats, at the globals before the step).
 
     Local step: q(z) of the minibatch given the current globals. Global step: the minibatch
     statistics, times ``scale = num_data / batch_size``, are what a full CAVI update would see;
@@ -261,17 +261,15 @@ def natural_step(state, cache, config, xp, rho, scale):
     and the globals follow. With ``rho = 1`` and the whole data in one batch this is ``update``.
     """
     resp, log_norm = responsibilities(state["theta"], cache, xp)
+    # The ELBO at the globals the minibatch was drawn under, with its rows' optimal q(z): an
+    # unbiased estimate of the full ELBO there (the globals do not depend on the draw). Scored
+    # after the update, under globals just fitted to these rows, it would read high, and the
+    # stopping rule would see it fall as the steps shrink while the ELBO rises.
+    elbo = scale * xp.sum(log_norm) - kl_globals(state["q"], cache, config, xp)
     batch = sufficient_statistics(resp, cache, xp)["raw"]
-    neg_entropy = xp.sum(batch * state["theta"].T) - xp.sum(log_norm)
     raw = (1.0 - rho) * state["raw"] + (rho * scale) * batch
     q = m_step(statistics_from_sums(raw, cache), cache, config, xp)
-    dg = digammas(q, cache, config, xp)
-    theta = log_rho_coefficients(q, cache, config, xp, dg)
-    elbo = (
-        scale * (xp.sum(batch * theta.T) - neg_entropy)
-        - kl_weights(q, config, xp, dg)
-        - kl_normal_wishart(q, cache, config, xp, dg)
-    )
+    theta = log_rho_coefficients(q, cache, config, xp, digammas(q, cache, config, xp))
     return {"q": q, "theta": theta, "raw": raw}, elbo
 
 
