@@ -602,9 +602,13 @@ def _those_that_fit(algs, spec, twins) -> list:
         if any(alg.supports(m) for m in [spec, *twins]):
             fitting.append(alg)
             continue
-        twin = f" or its maximum-likelihood twin {twins[0].name!r}" if twins else ""
+        fits = (
+            f"fits neither model {spec.name!r} nor its maximum-likelihood twin {twins[0].name!r}"
+            if twins
+            else f"does not fit model {spec.name!r}"
+        )
         warnings.warn(
-            f"Algorithm {alg.name!r} fits neither model {spec.name!r}{twin} "
+            f"Algorithm {alg.name!r} {fits} "
             f"({alg.unsupported(spec)}): its runs are left out. The algorithms that fit it are "
             f"{_fitting(spec)}.",
             UserWarning,
@@ -628,7 +632,8 @@ def _fitting(spec) -> list[str]:
 
 def default_algorithms(spec) -> tuple[list[str], list[str]]:
     """``(run, left_out)``: what a comparison runs when no algorithms are named (every
-    registered algorithm but the samplers), and the samplers that would fit the model.
+    registered algorithm that fits the model or its maximum-likelihood twin, but the samplers),
+    and the samplers that would fit it.
 
     Samplers are left out because they take minutes where the others take seconds (NUTS on a
     mixture: each gradient sums over every assignment, thousands of times per chain), and a
@@ -653,9 +658,8 @@ def default_algorithms(spec) -> tuple[list[str], list[str]]:
     >>> "nuts" in run, left_out
     (False, ['nuts'])
     """
-    samplers = set(_samplers())
-    run = [a for a in list_algorithms() if a not in samplers]
-    return run, [a for a in _fitting(spec) if a in samplers]
+    samplers, fitting = set(_samplers()), _fitting(spec)
+    return [a for a in fitting if a not in samplers], [a for a in fitting if a in samplers]
 
 
 def left_out_message(spec, left_out, shell: bool = False) -> str:

@@ -147,7 +147,13 @@ def _deferred_interrupt():
 
 
 #: The advice on a non-finite objective where the model has none of its own.
-DEFAULT_ADVICE = "Check the data scale, or use float64."
+#: A model that declares no advice of its own (``ModelSpec.numerical_advice``): a new model's
+#: guide whose draws leave a latent's support (a Normal for a positive rate) gives a NaN at
+#: any learning rate.
+DEFAULT_ADVICE = (
+    "Check the data scale, or use float64; and that each guide distribution's support is its "
+    "latent's (a Normal guide for a positive latent gives NaN at any learning rate)."
+)
 
 #: What a step raises when it meets parameters that are no longer finite: a distribution's
 #: check of its parameters (ValueError), a factorisation of a matrix of infinities (numpy's

@@ -230,7 +230,7 @@ def test_mean_field_svi_gets_the_means_and_the_conditional_variances(
 
 
 def test_compare_save_and_load_run_the_plugin_like_a_built_in(plugin, regression_data, tmp_path):
-    with pytest.warns(UserWarning, match="'em' fits neither model .*its runs are left out"):
+    with pytest.warns(UserWarning, match="'em' does not fit model .*its runs are left out"):
         table = inference.compare(
             MODEL,
             regression_data,
@@ -241,6 +241,10 @@ def test_compare_save_and_load_run_the_plugin_like_a_built_in(plugin, regression
         )
     rows = {(r["algorithm"], r["guide"]): r for r in table.rows}
     assert set(rows) == {("cavi", None), ("svi", "full_rank"), ("svi", "mean_field")}
+    # Named none: those that fit it, without a word of those that do not (EM, restarts).
+    from inference.compare import default_algorithms
+
+    assert default_algorithms(plugin) == (["cavi", "svi", "svi-natural"], ["nuts"])
     assert all(np.isfinite(r["heldout_log_pred_per_point"]) for r in table.rows)
     # CAVI is exact here: no guide's ELBO beats it.
     best_svi = max(rows[k]["objective_per_point"] for k in rows if k[0] == "svi")
@@ -556,3 +560,13 @@ def test_the_algorithm_plugin_passes_the_conformance_suite_and_the_cli(restarts,
     listed = {a["name"]: a for a in json.loads(capsys.readouterr().out)}
     assert listed["em-restarts"]["options"] == ["starts"]
     assert listed["em-restarts"]["source"].startswith("plugin inference-restarts")
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_an_init_name_that_is_no_parameter_is_refused(plugin, regression_data, backend):
+    """A misspelt name would be left unused, its parameter starting from its own value."""
+    fitted = inference.fit(MODEL, regression_data, "svi", backend, num_steps=1, progress=False)
+    name = sorted(fitted.raw_params)[0]
+    init = {**fitted.raw_params, name + "x": fitted.raw_params[name]}
+    with pytest.raises(ValueError, match=rf"init names \['{name}x'\].*Did you mean '{name}'"):
+        inference.fit(MODEL, regression_data, "svi", backend, num_steps=1, init=init)

@@ -560,9 +560,17 @@ def _traced(spec, backend, what, make, data, config, temperature) -> dict:
         raise ModelSpecError(
             f"Model {spec.name!r}: tracing the {what} of the {BACKEND_TITLES[backend]} twin "
             f"({spec.backends[backend]}) on make_data's data failed: {describe_error(err)}. "
-            "It is called as (data, config, temperature=...) with data and config converted to "
-            "the backend's arrays (float64, CPU)."
+            f"It is called as {_call(what)} with data and config converted to the backend's "
+            "arrays (float64, CPU)."
         ) from err
+
+
+def _call(what: str) -> str:
+    """How the zoo calls a twin's model or guide (``zoo.spec.ModelSpec.build_model``: a model
+    without ``make_model`` gets its starting values as ``init``)."""
+    if what == "model":
+        return "model(data, config, temperature=..., init=...) (init: None or starting values)"
+    return "guide(data, config, temperature=...), made by make_guide(name, config, init)"
 
 
 def _is_point_mass(fn) -> bool:

@@ -433,13 +433,16 @@ class SVI(Algorithm):
             dtype=problem.dtype,
         )
         engine = back.SVIEngine(model, guide_fn, data, config, setup)
+        params = engine.initial_state()
+        if isinstance(problem.init, Mapping):
+            _check_init_names(spec.name, problem.init, engine.params(params))
         grey = None
         if options.dynamic_binarization:
             grey = {k: check_grey_levels(problem.given[k]) for k in _binary_keys(spec)}
         bound = SVIBound(problem, engine, schedule, batches=batches, grey=grey, shard=shard)
         return SVIState(
             bound,
-            params=engine.initial_state(),
+            params=params,
             guide=guide,
             rule_start=max(settled, _settles_at(schedule, problem.num_steps)),
             record=_record(options, problem, guide),
@@ -567,6 +570,20 @@ def _checked_start(problem, given, default):
                 f"and the data's width; got {value.shape}."
             )
     return {**default, **given}
+
+
+def _check_init_names(model: str, init, params: dict) -> None:
+    """Every name of ``init`` is a parameter of the fit: one that is not (a typo, another
+    model's) would otherwise be left unused without a word, the parameter it meant starting
+    from the model's own value."""
+    unknown = sorted(set(init) - set(params))
+    if unknown:
+        known = sorted(params)
+        shown = known if len(known) <= 12 else [*known[:12], "..."]
+        raise ValueError(
+            f"init names {unknown}, which are not parameters of {model!r}; its parameters are "
+            f"{shown} (a fit's raw_params)." + did_you_mean(unknown[0], known)
+        )
 
 
 def _check_particle_memory(problem, num_particles: int, rows: int) -> None:
