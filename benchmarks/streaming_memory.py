@@ -130,7 +130,11 @@ def main():
             cmd += ["--algorithm", args.algorithm, "--backend", args.backend]
             cmd += ["--batch-size", str(args.batch_size), "--num-steps", str(args.num_steps)]
             cmd += ["--K", str(args.K)]
-            line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            # Without the cache of compiled functions: every N compiles, as a first fit does
+            # (a function another run kept on disk would take less memory to load than to
+            # compile, and the peaks would depend on what ran before).
+            env = {**os.environ, "ZOO_JAX_CACHE": "0"}
+            line = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
             runs.append(json.loads(line.strip().splitlines()[-1]))
             os.remove(path)
             print(json.dumps(runs[-1]), flush=True)
