@@ -556,13 +556,7 @@ def _share(num_rows: int, shard):
 def _checked_start(problem, given, default):
     """``given`` parameters over the default start ``default``: the names must be the model's,
     the shapes those of its configuration, the values finite."""
-    name = problem.spec.name
-    unknown = sorted(set(given) - set(default))
-    if unknown:
-        raise ValueError(
-            f"init names {unknown}, which are not parameters of {name!r}; its parameters "
-            f"are {sorted(default)} (a fit's raw_params; the rest start from k-means)."
-        )
+    _check_init_names(problem.spec.name, given, default)
     for key, value in given.items():
         if value.shape != default[key].shape:
             raise ValueError(
