@@ -1,7 +1,7 @@
 """Every registered model meets the zoo's contract, on every algorithm that supports it.
 
 These are the checks ``inference.tools.conformance.check_model(spec)`` runs and reports on one model:
-the registration and log-joint checks of ``zoo.testing``, and a short fit per algorithm.
+the registration, log-joint and guide checks of ``zoo.testing``, and a short fit per algorithm.
 """
 
 import pytest
@@ -21,6 +21,11 @@ def test_registration_checks(name):
 @pytest.mark.parametrize("name", MODELS)
 def test_twins_trace_with_same_sites_and_log_joint(name):
     testing.check_twins_and_log_joint(zoo.get_model(name))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_twins_guides_are_the_same_distribution(name):
+    testing.check_twin_guides(zoo.get_model(name))
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,7 @@ OBJECTS = [
     "zoo.testing:check_spec",
     "zoo.testing:check_registration",
     "zoo.testing:check_twins_and_log_joint",
+    "zoo.testing:check_twin_guides",
     # data sets
     "zoo.datasets:load_mnist",
     "zoo.datasets:load_binarized_mnist",

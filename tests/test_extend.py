@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,7 @@ def test_check_model_passes_on_the_plugin(plugin):
     assert [r.name for r in report.results] == [
         "registration",
         "twins_and_log_joint",
+        "twin_guides",
         "cavi/pyro",
         "cavi/numpyro",
         "nuts/pyro",
@@ -117,7 +119,7 @@ def test_check_model_passes_on_the_plugin(plugin):
         "svi-natural/pyro",
         "svi-natural/numpyro",
     ]
-    assert "10 passed, 0 failed" in str(report)
+    assert "11 passed, 0 failed" in str(report)
 
 
 def _kl_gaussians(mean_q, cov_q, mean_p, cov_p) -> float:
@@ -383,7 +385,7 @@ def test_a_guide_that_misses_a_latent_site_is_refused(monkeypatch, plugin):
     assert "does not sample the latent site(s) ['coef']" in str(err.value)
     # check_model reports it as the registration failure and skips what would only repeat it.
     report = conformance.check_model(spec, algorithms=["cavi"])
-    assert [r.status for r in report.results] == ["fail", "skip", "skip", "skip"]
+    assert [r.status for r in report.results] == ["fail", "skip", "skip", "skip", "skip"]
     assert "FAIL  registration" in str(report) and "['coef']" in str(report)
 
 
@@ -406,8 +408,70 @@ def test_check_model_says_which_contract_a_model_breaks(monkeypatch, plugin):
     assert failure.status == "fail" and "log-joint at the same point differs" in failure.message
     assert "a scale against a variance or a precision" in failure.message
     assert "FAIL  twins_and_log_joint" in str(report)
-    with pytest.raises(AssertionError, match="1 passed, 1 failed"):
+    with pytest.raises(AssertionError, match="2 passed, 1 failed"):
         report.raise_for_failures()
+
+
+def _numpyro_guide(real_make_guide, variance_as_scale=False, loc_name="coef_loc"):
+    """The plugin's NumPyro guides with one of the slips an extender makes: the mean-field
+    guide's scale squared (a variance where Pyro has a standard deviation), or its location
+    parameter under another name."""
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.distributions import constraints
+
+    def make_guide(name, config, init):
+        if name != "mean_field":
+            return real_make_guide(name, config, init)
+        init = init or {}
+
+        def guide(data, config, temperature=None):
+            d = data["x"].shape[-1]
+            loc = numpyro.param(loc_name, init.get("coef_loc", np.zeros(d)))
+            scale = numpyro.param(
+                "coef_scale", init.get("coef_scale", np.ones(d)), constraint=constraints.positive
+            )
+            scale = scale**2 if variance_as_scale else scale
+            numpyro.sample("coef", dist.Normal(loc, scale).to_event(1))
+
+        return guide
+
+    return make_guide
+
+
+@pytest.mark.parametrize(
+    "slip,message",
+    [
+        ({}, None),
+        ({"variance_as_scale": True}, "log-density at the same parameters and draws differs"),
+        (
+            {"loc_name": "coef_mean"},
+            r"only in Pyro \['coef_loc'\], only in NumPyro \['coef_mean'\]",
+        ),
+    ],
+)
+def test_check_model_holds_the_twins_guides_to_each_other(monkeypatch, plugin, slip, message):
+    """Twins whose models agree but whose guides do not (another distribution, another
+    parameter name) pass registration and the log-joint check; the guide check fails, naming
+    the guide. The guide written right passes (the check is not one that always fails)."""
+    real = plugin.twin("numpyro")
+    path = _fake_twin(
+        monkeypatch,
+        "fake_guide_twin",
+        model=real.model,
+        make_guide=_numpyro_guide(real.make_guide, **slip),
+    )
+    spec = dataclasses.replace(
+        plugin, name="guide_slip", backends={**plugin.backends, "numpyro": path}
+    )
+    report = conformance.check_model(spec, algorithms=[])
+    assert report["registration"].passed and report["twins_and_log_joint"].passed
+    check = report["twin_guides"]
+    if message is None:
+        assert check.passed, str(report)
+        return
+    assert check.status == "fail" and "guide 'mean_field'" in check.message
+    assert re.search(message, check.message), check.message
 
 
 @pytest.mark.parametrize("part", ["init_state", "update"])

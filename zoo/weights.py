@@ -4,7 +4,8 @@ Every twin that holds a network names its parameters ``<name>.<path>`` in torch'
 same in both backends. These two functions build such a network from those arrays, with a clear
 error when their shapes do not fit the architecture (a checkpoint or fit of another
 configuration). Each backend is imported only when its function is called.
-:func:`pyro_param_init` gives a Pyro parameter its starting value from such arrays.
+:func:`pyro_param_init` gives a Pyro parameter its starting value from such arrays, and
+:func:`flatten_params` names NumPyro's parameters (networks' pytrees included) as Pyro does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,24 @@ from zoo.devices import for_torch
 def canonical_name(name: str) -> str:
     """``pyro.module`` stores ``decoder$$$fc1.weight``; the zoo names it ``decoder.fc1.weight``."""
     return name.replace("$$$", ".")
+
+
+def flatten_params(params: dict) -> dict[str, np.ndarray]:
+    """Named numpy arrays from NumPyro's parameters: a network's pytree (``encoder$params``, as
+    ``numpyro.contrib.module`` names it) becomes ``encoder.fc1.weight``, ... as in Pyro."""
+    import jax
+
+    out = {}
+    for name, value in params.items():
+        if isinstance(value, jax.Array | np.ndarray):
+            out[name] = np.asarray(value)
+            continue
+        prefix = name.split("$")[0]
+        for path, leaf in jax.tree_util.tree_leaves_with_path(value):
+            out[prefix + "." + jax.tree_util.keystr(path, simple=True, separator=".")] = np.asarray(
+                leaf
+            )
+    return out
 
 
 def _describe(config) -> str:

@@ -32,6 +32,7 @@ from inference.backends.sites import data_plate_log_prob  # noqa: E402
 from inference.backends.svi_setup import SVISetup, start_outside_support  # noqa: E402
 from zoo import devices  # noqa: E402
 from zoo.array_namespace import JaxOps, convert_config  # noqa: E402
+from zoo.weights import flatten_params  # noqa: E402
 
 NAME = "numpyro"
 ops = JaxOps()
@@ -135,22 +136,6 @@ def make_elbo(name: str, num_particles: int):
     return {"trace": Trace_ELBO, "meanfield": TraceMeanField_ELBO}[name](
         num_particles=num_particles
     )
-
-
-def flatten_params(params: dict) -> dict[str, np.ndarray]:
-    """Named numpy arrays; a network's parameter pytree (``encoder$params``, as
-    ``numpyro.contrib.module`` names it) becomes ``encoder.fc1.weight``, ... as in Pyro."""
-    out = {}
-    for name, value in params.items():
-        if isinstance(value, jax.Array | np.ndarray):
-            out[name] = np.asarray(value)
-            continue
-        prefix = name.split("$")[0]
-        for path, leaf in jax.tree_util.tree_leaves_with_path(value):
-            out[prefix + "." + jax.tree_util.keystr(path, simple=True, separator=".")] = np.asarray(
-                leaf
-            )
-    return out
 
 
 def data_parallel_shardings(num_rows: int):

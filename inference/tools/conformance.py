@@ -2,8 +2,8 @@
 
 * :func:`check_model` runs the whole suite on one model (what ``tests/test_conformance.py``
   runs on every registered model) and returns a :class:`ConformanceReport` of what passes,
-  what fails and why: the registration checks and the twins' log-joint (``zoo.testing``), then
-  a short fit with every registered algorithm that supports the model, on both backends.
+  what fails and why: the registration checks, the twins' log-joint and their guides
+  (``zoo.testing``), then a short fit with every registered algorithm that supports the model, on both backends.
 * :func:`check_algorithm_improves` is one such fit: finite, improving where the algorithm's
   traits say it must, and evaluable (posterior draws, or per-datum ELBOs).
 
@@ -25,6 +25,7 @@ from inference.registry import get_algorithm, list_algorithms
 from zoo import BACKENDS, ModelSpec, ModelSpecError, get_model
 from zoo.testing import (
     check_registration,
+    check_twin_guides,
     check_twins_and_log_joint,
     describe_error,
     example_problem,
@@ -37,6 +38,10 @@ CONTRACTS = {
         "sites and plates; every guide samples every latent site"
     ),
     "twins_and_log_joint": "both twins give the same log-joint at the same point",
+    "twin_guides": (
+        "each guide has the same parameters and sites in both twins, and the same log-density "
+        "at the same parameters and draws"
+    ),
     "fit": (
         "a short fit runs, its objective is finite and improves, and it gives posterior draws "
         "(to_arviz) or per-datum ELBOs"
@@ -125,7 +130,8 @@ class CheckResult:
     Attributes
     ----------
     name : str
-        ``"registration"``, ``"twins_and_log_joint"`` or ``"<algorithm>/<backend>"``.
+        ``"registration"``, ``"twins_and_log_joint"``, ``"twin_guides"`` or
+        ``"<algorithm>/<backend>"``.
     contract : str
         What the check requires, in words.
     status : {"pass", "fail", "skip"}
@@ -189,16 +195,17 @@ class ConformanceReport:
     ... )
     >>> report = check_model(broken, algorithms=["em"], backends=["pyro"])
     >>> report.passed, [(r.name, r.status) for r in report.results]
-    (False, [('registration', 'fail'), ('twins_and_log_joint', 'skip'), ('em/pyro', 'skip')])
+    (False, [('registration', 'fail'), ('twins_and_log_joint', 'skip'),
+     ('twin_guides', 'skip'), ('em/pyro', 'skip')])
     >>> print(report)  # doctest: +ELLIPSIS
-    check_model('gmm_broken'): 0 passed, 1 failed, 2 skipped
+    check_model('gmm_broken'): 0 passed, 1 failed, 3 skipped
       FAIL  registration ... a complete spec; both twins import and trace on make_data's data ...
             Model 'gmm_broken': its NumPyro twin 'no_such_module' does not import: ...
       SKIP  twins_and_log_joint ...
     >>> report.raise_for_failures()
     Traceback (most recent call last):
     ...
-    AssertionError: check_model('gmm_broken'): 0 passed, 1 failed, 2 skipped ...
+    AssertionError: check_model('gmm_broken'): 0 passed, 1 failed, 3 skipped ...
     """
 
     model: str
@@ -258,7 +265,7 @@ def check_model(
 
     The checks are those ``tests/test_conformance.py`` runs on every registered model:
     ``registration`` (:func:`check_registration`), ``twins_and_log_joint``
-    (:func:`check_twins_and_log_joint`) and, for each (algorithm, backend) the spec supports
+    (:func:`check_twins_and_log_joint`), ``twin_guides`` (:func:`check_twin_guides`) and, for each (algorithm, backend) the spec supports
     (:func:`supported_runs`, narrowed by ``algorithms`` and ``backends``), ``"algorithm/backend"``
     (:func:`check_algorithm_improves` with ``num_steps``). ``options`` are model options for the
     example problem (default: ``spec.example_options``). When registration fails the rest are
@@ -309,11 +316,13 @@ def check_model(
     >>> report.passed
     True
     >>> [(check.name, check.status) for check in report.results]
-    [('registration', 'pass'), ('twins_and_log_joint', 'pass'), ('em/pyro', 'pass')]
+    [('registration', 'pass'), ('twins_and_log_joint', 'pass'), ('twin_guides', 'pass'),
+     ('em/pyro', 'pass')]
     >>> print(report)  # doctest: +ELLIPSIS
-    check_model('gmm'): 3 passed, 0 failed, 0 skipped
+    check_model('gmm'): 4 passed, 0 failed, 0 skipped
       PASS  registration ... s  a complete spec; both twins import and trace on make_data's data ...
       PASS  twins_and_log_joint ... s  both twins give the same log-joint at the same point
+      PASS  twin_guides ... s  each guide has the same parameters and sites in both twins, ...
       PASS  em/pyro ... s  a short fit runs, its objective is finite and improves, ...
 
     In a test, ``report.raise_for_failures()`` fails with the whole report.
@@ -326,6 +335,11 @@ def check_model(
             "twins_and_log_joint",
             CONTRACTS["twins_and_log_joint"],
             lambda: check_twins_and_log_joint(spec, **options),
+        ),
+        (
+            "twin_guides",
+            CONTRACTS["twin_guides"],
+            lambda: check_twin_guides(spec, **options),
         ),
     ]
     for algorithm, backend in supported_runs(spec, algorithms, backends):
