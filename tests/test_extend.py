@@ -389,6 +389,33 @@ def test_a_guide_that_misses_a_latent_site_is_refused(monkeypatch, plugin):
     assert "FAIL  registration" in str(report) and "['coef']" in str(report)
 
 
+def test_a_guide_on_the_real_line_for_a_positive_latent_is_refused(monkeypatch, plugin):
+    """The model's ``coef`` made positive (a Gamma prior) while the guide still draws it from a
+    Normal: registration says which site, which support, and what guide fits it, where a fit
+    ran into a NaN objective."""
+    import pyro
+    import pyro.distributions as dist
+    import torch
+
+    def model(data, config, temperature=None, init=None):
+        x, y = data["x"], data["y"]
+        ones = torch.ones(x.shape[-1], dtype=x.dtype)
+        coef = pyro.sample("coef", dist.Gamma(ones, ones).to_event(1))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("y", dist.Normal((x * coef).sum(-1), config.noise_scale), obs=y)
+
+    real = plugin.twin("pyro")
+    path = _fake_twin(monkeypatch, "fake_positive_twin", model=model, make_guide=real.make_guide)
+    spec = dataclasses.replace(plugin, name="positive", backends={**plugin.backends, "pyro": path})
+    with pytest.raises(ModelSpecError, match=r"guide 'full_rank' of the Pyro twin") as err:
+        zoo.register(spec)
+    assert "draws site(s) ['coef'] on the whole real line" in str(err.value)
+    assert "'coef' (GreaterThanEq(lower_bound=0.0))" in str(
+        err.value
+    ) and "LogNormal or Gamma" in str(err.value)
+    assert "positive" not in zoo.list_models()
+
+
 def test_a_taken_name_is_refused(plugin):
     with pytest.raises(ModelSpecError, match="already registered \\(plugin zoo-linear-regression"):
         zoo.register(plugin)

@@ -350,14 +350,16 @@ def test_num_particles_is_taken_where_the_guide_draws_latents():
 def test_every_deterministic_guide_is_checked_at_registration():
     """The guides the spec declares deterministic are what SVI refuses num_particles= on: a
     guide declared so that draws a latent at random is refused when the model is registered."""
-    from zoo.testing import _check_deterministic_guide
+    from zoo.testing import _check_deterministic_guide, _Site
 
     kind = zoo.GuideKind(enumerated=True, deterministic=True)
-    sites = {"means": (False, frozenset(), False, False), "z": (False, frozenset(), True, False)}
+    drawn = _Site(False, frozenset(), enumerable=False, point_mass=False, support="Real()")
+    discrete = drawn._replace(enumerable=True, support="IntegerInterval()")
+    sites = {"means": drawn, "z": discrete}
     spec = zoo.get_model("bayesian_gmm")
     with pytest.raises(zoo.ModelSpecError, match=r"draws the site\(s\) \['means'\] at random"):
         _check_deterministic_guide(spec, "numpyro", "enum", kind, sites)
-    sites["means"] = (False, frozenset(), False, True)  # a point mass
+    sites["means"] = drawn._replace(point_mass=True)
     _check_deterministic_guide(spec, "numpyro", "enum", kind, sites)
     # The whole registration check refuses it too: bayesian_gmm's "enum" guide samples the
     # global factors.

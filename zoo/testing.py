@@ -17,6 +17,7 @@ from __future__ import annotations
 import traceback
 import warnings
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -576,7 +577,9 @@ def check_registration(spec: ModelSpec, **options) -> None:
         ) from err
     sites = {b: _traced_model(spec, b, data, config, start, None) for b in BACKENDS}
     # site_signature's form: {name: (observed, plate names)}
-    psig, nsig = ({name: info[:2] for name, info in sites[b].items()} for b in BACKENDS)
+    psig, nsig = (
+        {name: (site.observed, site.plates) for name, site in sites[b].items()} for b in BACKENDS
+    )
     if psig != nsig:
         raise ModelSpecError(_twin_mismatch_message(spec, psig, nsig))
     _check_no_legacy_constants(spec, twins)
@@ -589,6 +592,7 @@ def check_registration(spec: ModelSpec, **options) -> None:
                 model_sites = _traced_model(spec, backend, data, config, start, temperature)
             guide_sites = _traced_guide(spec, backend, guide, data, config, start, temperature)
             _check_guide_covers_model(spec, backend, guide, kind, model_sites, guide_sites)
+            _check_guide_support(spec, backend, guide, model_sites, guide_sites)
             _check_deterministic_guide(spec, backend, guide, kind, guide_sites)
 
 
@@ -728,18 +732,44 @@ def _is_point_mass(fn) -> bool:
     return fn is not None
 
 
+class _Site(NamedTuple):
+    """What the checks read of a traced sample site."""
+
+    observed: bool
+    plates: frozenset
+    enumerable: bool  # discrete, with a support SVI can sum over
+    point_mass: bool  # a Delta
+    support: str  # its support's constraint, as written (``_support``)
+
+
+#: ``_support`` of a distribution on the whole real line (or real vectors), in both backends.
+_REAL = "Real()"
+
+
+def _support(fn) -> str:
+    """A distribution's support as its constraint writes itself (``GreaterThan(lower_bound=0.0)``),
+    without the wrappers that make a batch an event (``Real()`` for ``real_vector``); ``""``
+    where the support is not a constraint object."""
+    constraint = getattr(fn, "support", None)
+    while hasattr(constraint, "base_constraint"):
+        constraint = constraint.base_constraint
+    if constraint is None or not hasattr(constraint, "check"):
+        return ""
+    return repr(constraint)
+
+
 def _site_summary(trace, backend) -> dict:
-    """{name: (observed, plate names, enumerable, point mass)} of a trace's sample sites,
-    minibatch bookkeeping left out."""
+    """{name: :class:`_Site`} of a trace's sample sites, minibatch bookkeeping left out."""
     from pyro.poutine.util import site_is_subsample
 
     nodes = trace.nodes.items() if backend == "pyro" else trace.items()
     return {
-        name: (
-            bool(site["is_observed"]),
-            frozenset(f.name for f in site["cond_indep_stack"]),
-            bool(getattr(site["fn"], "has_enumerate_support", False)),
-            _is_point_mass(site["fn"]),
+        name: _Site(
+            observed=bool(site["is_observed"]),
+            plates=frozenset(f.name for f in site["cond_indep_stack"]),
+            enumerable=bool(getattr(site["fn"], "has_enumerate_support", False)),
+            point_mass=_is_point_mass(site["fn"]),
+            support=_support(site["fn"]),
         )
         for name, site in nodes
         if site["type"] == "sample" and not (backend == "pyro" and site_is_subsample(site))
@@ -774,12 +804,12 @@ def _check_guide_covers_model(spec, backend, guide, kind, model_sites, guide_sit
     enumerated = kind.enumerated
     missing = sorted(
         name
-        for name, (observed, _, enumerable, _) in model_sites.items()
-        if not observed and name not in guide_sites and not (enumerated and enumerable)
+        for name, site in model_sites.items()
+        if not site.observed and name not in guide_sites and not (enumerated and site.enumerable)
     )
     where = f"guide {guide!r} of the {BACKEND_TITLES[backend]} twin ({spec.backends[backend]})"
     if missing:
-        discrete = [name for name in missing if model_sites[name][2]]
+        discrete = [name for name in missing if model_sites[name].enumerable]
         hint = (
             f" For a discrete site that SVI should sum out instead ({discrete}), declare the "
             f"guide enumerated in the spec: guide_kinds={{{guide!r}: "
@@ -795,15 +825,39 @@ def _check_guide_covers_model(spec, backend, guide, kind, model_sites, guide_sit
     # A guide's factor (an observed site: a term of the objective in closed form) stands for
     # no model site.
     unknown = sorted(
-        name
-        for name, (observed, *_) in guide_sites.items()
-        if name not in model_sites and not observed
+        name for name, site in guide_sites.items() if name not in model_sites and not site.observed
     )
     if unknown:
         raise ModelSpecError(
             f"Model {spec.name!r}: {where} samples site(s) {unknown} that the model does not "
             f"have (its sites: {sorted(model_sites)}). Guide sites take the name of the model "
             "site they stand for."
+        )
+
+
+def _check_guide_support(spec, backend, guide, model_sites, guide_sites) -> None:
+    """A guide draws each latent on the real line only where the model's latent is real too: a
+    Normal guide for a positive, unit-interval or simplex latent draws values the model gives no
+    density (NaN or -inf objectives, at any learning rate). Point masses are left alone (a MAP
+    guide's Delta declares a real support whatever its value's)."""
+    wrong = sorted(
+        (name, model_sites[name].support)
+        for name, site in guide_sites.items()
+        if name in model_sites
+        and not (site.observed or site.point_mass or model_sites[name].observed)
+        and site.support == _REAL
+        and model_sites[name].support not in (_REAL, "")
+    )
+    if wrong:
+        where = f"guide {guide!r} of the {BACKEND_TITLES[backend]} twin ({spec.backends[backend]})"
+        listed = ", ".join(f"{name!r} ({support})" for name, support in wrong)
+        raise ModelSpecError(
+            f"Model {spec.name!r}: {where} draws site(s) {[n for n, _ in wrong]} on the whole "
+            f"real line, but the model's latents are constrained: {listed}. Draws outside the "
+            "support have no density under the model and the objective turns NaN or -inf. "
+            "Give the guide a distribution with the latent's support (LogNormal or Gamma for a "
+            "positive one, Beta for the unit interval, Dirichlet for a simplex), or transform "
+            "a Normal into it (TransformedDistribution(Normal(...), biject_to(support)))."
         )
 
 
@@ -815,8 +869,8 @@ def _check_deterministic_guide(spec, backend, guide, kind, guide_sites) -> None:
         return
     drawn = sorted(
         name
-        for name, (observed, _, enumerable, point_mass) in guide_sites.items()
-        if not (observed or enumerable or point_mass)
+        for name, site in guide_sites.items()
+        if not (site.observed or site.enumerable or site.point_mass)
     )
     if drawn:
         where = f"guide {guide!r} of the {BACKEND_TITLES[backend]} twin ({spec.backends[backend]})"
