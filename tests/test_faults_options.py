@@ -369,6 +369,39 @@ def test_every_deterministic_guide_is_checked_at_registration():
         check_registration(wrong)
 
 
+def test_the_guide_support_check_reads_only_what_it_can_tell():
+    """A real-line guide site for a positive latent is refused; a point mass (a MAP guide's
+    Delta), a latent whose support is unknown or depends on its arguments, and a guide site on
+    a narrower support are left alone."""
+    from torch.distributions import constraints
+
+    from zoo.testing import _check_guide_support, _Site, _support
+
+    spec = zoo.get_model("bayesian_gmm")
+    real = _Site(False, frozenset(), False, False, _support(_Supported(constraints.real_vector)))
+    positive = real._replace(support=_support(_Supported(constraints.positive)))
+    unknown = real._replace(support=_support(_Supported(constraints.dependent)))
+    assert (real.support, positive.support, unknown.support) == (
+        "Real()",
+        "GreaterThan(lower_bound=0.0)",
+        "",
+    )
+    with pytest.raises(zoo.ModelSpecError, match=r"draws site\(s\) \['rate'\] on the whole real"):
+        _check_guide_support(spec, "pyro", "g", {"rate": positive}, {"rate": real})
+    _check_guide_support(
+        spec, "pyro", "g", {"rate": positive}, {"rate": real._replace(point_mass=True)}
+    )
+    _check_guide_support(spec, "pyro", "g", {"rate": unknown}, {"rate": real})
+    _check_guide_support(spec, "pyro", "g", {"rate": real}, {"rate": positive})
+
+
+class _Supported:
+    """A stand-in distribution with only a support."""
+
+    def __init__(self, support):
+        self.support = support
+
+
 def test_an_init_the_sampler_would_ignore_is_refused(no_steps, regression_spec):
     data = regression_spec.make_data(np.random.default_rng(0), 20)
     for init in ("kmeans", {"coef_loc": np.zeros(3)}):

@@ -749,11 +749,12 @@ _REAL = "Real()"
 def _support(fn) -> str:
     """A distribution's support as its constraint writes itself (``GreaterThan(lower_bound=0.0)``),
     without the wrappers that make a batch an event (``Real()`` for ``real_vector``); ``""``
-    where the support is not a constraint object."""
+    where it is unknown: not a constraint object, or one that depends on the distribution's
+    arguments (``constraints.dependent``)."""
     constraint = getattr(fn, "support", None)
     while hasattr(constraint, "base_constraint"):
         constraint = constraint.base_constraint
-    if constraint is None or not hasattr(constraint, "check"):
+    if not hasattr(constraint, "check") or "Dependent" in type(constraint).__name__:
         return ""
     return repr(constraint)
 
