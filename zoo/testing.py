@@ -144,11 +144,7 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
     >>> from zoo.testing import check_twins_and_log_joint
     >>> check_twins_and_log_joint(zoo.get_model("gmm"))  # passes: returns None
     """
-    missing = sorted({"pyro", "numpyro"} - set(spec.backends))
-    if missing:
-        raise AssertionError(
-            f"{spec.name}: no twin for backend(s) {missing}; add them to backends."
-        )
+    _require_both_twins(spec)
     data, config, start = example_problem(spec, **options)
     ptrace = _pyro_trace(spec, data, config, start)
     values = {
@@ -182,6 +178,14 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
             f"{numpyro_logp}. The twins must write the same distributions: compare each site's "
             "distribution and arguments in the two twins (a scale against a variance or a "
             "precision, a rate against a scale, a missing to_event or plate are the usual causes)."
+        )
+
+
+def _require_both_twins(spec: ModelSpec) -> None:
+    missing = sorted(set(BACKENDS) - set(spec.backends))
+    if missing:
+        raise AssertionError(
+            f"{spec.name}: no twin for backend(s) {missing}; add them to backends."
         )
 
 
@@ -225,11 +229,7 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     >>> from zoo.testing import check_twin_guides
     >>> check_twin_guides(zoo.get_model("gmm"))  # passes: returns None
     """
-    missing = sorted({"pyro", "numpyro"} - set(spec.backends))
-    if missing:
-        raise AssertionError(
-            f"{spec.name}: no twin for backend(s) {missing}; add them to backends."
-        )
+    _require_both_twins(spec)
     data, config, start = example_problem(spec, **options)
     for guide in spec.guides:
         kind = spec.guide_kind(guide, "pyro")
