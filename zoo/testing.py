@@ -7,6 +7,8 @@ supports the model) are ``inference.tools.conformance``, whose ``check_model`` r
   the same sample sites and plates, and every guide samples every latent site. ``zoo.register``
   runs it by default, and a plugin's model gets it the first time it is fetched.
 * :func:`check_twins_and_log_joint`: both twins give the same log-joint at the same point.
+* :func:`check_twin_guides`: each guide is the same in both twins (parameter names, sites, and
+  log-density at the same parameters and draws).
 
 Each check takes a :class:`~zoo.spec.ModelSpec` and raises ``ModelSpecError`` (registration) or
 ``AssertionError`` with a message that names the broken contract and how to fix it.
@@ -516,7 +518,8 @@ def check_registration(spec: ModelSpec, **options) -> None:
     """What every registration checks: the spec (:func:`check_spec`), then both twins import,
     trace on a small data set from ``spec.make_data`` with the same sample sites (observed or
     not) in the same plates, and every guide of ``spec.guides`` samples every latent site of the
-    model (discrete sites that an enumerated guide sums out excepted).
+    model (discrete sites that an enumerated guide sums out excepted) and draws none that the
+    model constrains (positive, in an interval, on a simplex, ...) on the whole real line.
 
     Traces run on the CPU in float64, in a scratch Pyro parameter store, so the caller's store
     and random streams are left as they were. Raises ``ModelSpecError``.
@@ -538,7 +541,8 @@ def check_registration(spec: ModelSpec, **options) -> None:
         The spec is incomplete (:func:`check_spec`); a twin (or the closed-form updates'
         module) does not import or lacks a function; the example problem cannot be built; a
         twin's model or guide fails to trace; the twins' sites or plates differ; a guide misses
-        a latent site or samples one the model does not have.
+        a latent site, samples one the model does not have, or draws a constrained latent on
+        the whole real line.
 
     Notes
     -----
