@@ -11,6 +11,13 @@ from __future__ import annotations
 import contextlib
 
 
+def is_subsample_site(site) -> bool:
+    """Whether a trace's sample site is a plate's minibatch bookkeeping rather than a draw (Pyro
+    and NumPyro sites alike)."""
+    infer = site.get("infer") or {}
+    return bool(infer.get("_do_not_trace")) or type(site["fn"]).__name__ == "_Subsample"
+
+
 @contextlib.contextmanager
 def pyro_data_plate(batch_size: int, num_data: int | None):
     import pyro

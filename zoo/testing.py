@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from zoo.array_namespace import TorchOps, convert_config
+from zoo.plates import is_subsample_site
 from zoo.spec import BACKENDS, DataField, GuideKind, ModelSpec, ModelSpecError, legacy_constants
 from zoo.updates import ClosedFormUpdates
 from zoo.weights import canonical_name, flatten_params
@@ -74,18 +75,43 @@ def backend_arrays(backend: str):
     return lambda a: jnp.asarray(np.asarray(a), dtype=jnp.float64)
 
 
-def _pyro_trace(spec, data, config, start, seed=0):
+def _pyro_traced(make, data, config, temperature=None, seed=0):
+    """``make(config)``, a Pyro model or guide built on the config's torch arrays, traced once on
+    ``data`` at ``temperature``: in a scratch parameter store and from torch seed ``seed``, so
+    the caller's store and random stream are left as they were."""
     import pyro
     import torch
 
-    pyro.clear_param_store()
     _, tdata, tconfig = _backend_problem("pyro", data, config)
-    with torch.random.fork_rng():
+    if temperature is not None:
+        temperature = torch.as_tensor(temperature, dtype=torch.float64)
+    with pyro.get_param_store().scope(), torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = spec.build_model("pyro", tconfig, start)
-        trace = pyro.poutine.trace(model).get_trace(tdata, tconfig)
+        fn = make(tconfig)
+        return pyro.poutine.trace(fn).get_trace(tdata, tconfig, temperature=temperature)
+
+
+def _pyro_point(trace):
+    """``(parameters, draws, log-density)`` of a Pyro trace: the parameters named as a fit's
+    ``raw_params`` (``canonical_name``), the latent draws by site name, and the sum of every
+    sample site's log-density (observed ones and factors included)."""
     trace.compute_log_prob()
-    return trace
+    samples = [
+        (name, site)
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample" and not is_subsample_site(site)
+    ]
+    params = {
+        canonical_name(name): site["value"].detach().cpu().numpy()
+        for name, site in trace.nodes.items()
+        if site["type"] == "param"
+    }
+    draws = {
+        name: site["value"].detach().cpu().numpy()
+        for name, site in samples
+        if not site["is_observed"]
+    }
+    return params, draws, float(sum(site["log_prob_sum"].detach() for _, site in samples))
 
 
 def _numpyro_log_density(spec, data, config, start, values):
@@ -148,28 +174,10 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
     """
     _require_both_twins(spec)
     data, config, start = example_problem(spec, **options)
-    ptrace = _pyro_trace(spec, data, config, start)
-    values = {
-        name: site["value"].detach().cpu().numpy()
-        for name, site in ptrace.nodes.items()
-        if site["type"] == "sample" and not site.get("is_observed", False)
-    }
+    ptrace = _pyro_traced(lambda tconfig: spec.build_model("pyro", tconfig, start), data, config)
+    params, values, pyro_logp = _pyro_point(ptrace)
     # Parameters (networks included) enter the NumPyro twin by name, as a fit's raw_params do.
-    start = {
-        **(start or {}),
-        **{
-            canonical_name(name): site["value"].detach().cpu().numpy()
-            for name, site in ptrace.nodes.items()
-            if site["type"] == "param"
-        },
-    }
-    pyro_logp = float(
-        sum(
-            site["log_prob_sum"].detach()
-            for site in ptrace.nodes.values()
-            if site["type"] == "sample"
-        )
-    )
+    start = {**(start or {}), **params}
     numpyro_logp, ntrace = _numpyro_log_density(spec, data, config, start, values)
     psig, nsig = site_signature(ptrace, "pyro"), site_signature(ntrace, "numpyro")
     if psig != nsig:
@@ -236,7 +244,8 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     for guide in spec.guides:
         kind = spec.guide_kind(guide, "pyro")
         temperature = _svi_temperature(spec.twin("pyro"), kind, config)
-        params, draws, pyro_logq = _pyro_guide_point(spec, guide, data, config, start, temperature)
+        make = _guide_maker(spec, "pyro", guide, start)
+        params, draws, pyro_logq = _pyro_point(_pyro_traced(make, data, config, temperature))
         init = {**(start or {}), **params}
         numpyro_params, numpyro_draws, numpyro_logq = _numpyro_guide_density(
             spec, guide, data, config, init, {**params, **draws}, temperature
@@ -264,43 +273,6 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
             )
 
 
-def _pyro_guide_point(spec, guide, data, config, start, temperature, seed=0):
-    """The Pyro guide traced once: ``(parameters, draws, log-density)``, the parameters named
-    as a fit's ``raw_params`` (``canonical_name``) and the draws by site name."""
-    import pyro
-    import torch
-    from pyro.poutine.util import site_is_subsample
-
-    _, tdata, tconfig = _backend_problem("pyro", data, config)
-    if temperature is not None:
-        temperature = torch.as_tensor(temperature, dtype=torch.float64)
-    with pyro.get_param_store().scope(), torch.random.fork_rng():
-        torch.manual_seed(seed)
-        fn = spec.twin("pyro").make_guide(guide, tconfig, start)
-        trace = pyro.poutine.trace(fn).get_trace(tdata, tconfig, temperature=temperature)
-    trace.compute_log_prob()
-    sites = [
-        (name, site) for name, site in trace.nodes.items() if site["type"] in ("param", "sample")
-    ]
-    params = {
-        canonical_name(name): site["value"].detach().cpu().numpy()
-        for name, site in sites
-        if site["type"] == "param"
-    }
-    samples = [
-        (name, site)
-        for name, site in sites
-        if site["type"] == "sample" and not site_is_subsample(site)
-    ]
-    draws = {
-        name: site["value"].detach().cpu().numpy()
-        for name, site in samples
-        if not site["is_observed"]
-    }
-    logq = float(sum(site["log_prob_sum"].detach() for _, site in samples))
-    return params, draws, logq
-
-
 def _numpyro_guide_density(spec, guide, data, config, init, values, temperature):
     """The NumPyro guide built from ``init`` and scored at ``values`` (parameters and draws by
     name): ``(parameter names, draw names, log-density)``."""
@@ -309,7 +281,7 @@ def _numpyro_guide_density(spec, guide, data, config, init, values, temperature)
     from numpyro.infer.util import log_density
 
     _, jdata, jconfig = _backend_problem("numpyro", data, config)
-    fn = spec.twin("numpyro").make_guide(guide, jconfig, init)
+    fn = _guide_maker(spec, "numpyro", guide, init)(jconfig)
     # Seeded: a site the Pyro guide does not have is drawn, and shows up as a difference.
     logq, trace = log_density(
         handlers.seed(fn, rng_seed=0),
@@ -323,15 +295,9 @@ def _numpyro_guide_density(spec, guide, data, config, init, values, temperature)
     draws = {
         name
         for name, site in trace.items()
-        if site["type"] == "sample" and not site["is_observed"] and not _is_subsample(site)
+        if site["type"] == "sample" and not site["is_observed"] and not is_subsample_site(site)
     }
     return set(params), draws, float(logq)
-
-
-def _is_subsample(site) -> bool:
-    """A NumPyro site of minibatch bookkeeping, not a draw."""
-    infer = site.get("infer") or {}
-    return bool(infer.get("_do_not_trace")) or type(site["fn"]).__name__ == "_Subsample"
 
 
 # --- The spec alone -------------------------------------------------------------------------
@@ -680,23 +646,14 @@ def _backend_problem(backend, data, config):
 def _traced(spec, backend, what, make, data, config, temperature) -> dict:
     """Trace ``make(backend_config)(data, config, temperature=...)``, a model or a guide; return
     ``{site name: (observed, plate names, discrete and enumerable)}`` of its sample sites."""
-    back, bdata, bconfig = _backend_problem(backend, data, config)
     try:
         if backend == "pyro":
-            import pyro
-            import torch
-
-            if temperature is not None:
-                temperature = torch.as_tensor(temperature, dtype=torch.float64)
-            with pyro.get_param_store().scope(), torch.random.fork_rng():
-                torch.manual_seed(0)
-                fn = make(bconfig)
-                trace = pyro.poutine.trace(fn).get_trace(bdata, bconfig, temperature=temperature)
-            return _site_summary(trace, "pyro")
+            return _site_summary(_pyro_traced(make, data, config, temperature), "pyro")
         import jax
         import jax.numpy as jnp
         from numpyro import handlers
 
+        _, bdata, bconfig = _backend_problem(backend, data, config)
         summary = {}
 
         def run():
@@ -793,12 +750,17 @@ def _traced_model(spec, backend, data, config, start, temperature):
     )
 
 
+def _guide_maker(spec, backend, guide, start):
+    """``config -> guide``: how the zoo builds the guide ``guide`` of a twin."""
+    return lambda config: spec.twin(backend).make_guide(guide, config, start)
+
+
 def _traced_guide(spec, backend, guide, data, config, start, temperature):
     return _traced(
         spec,
         backend,
         f"guide {guide!r}",
-        lambda bconfig: spec.twin(backend).make_guide(guide, bconfig, start),
+        _guide_maker(spec, backend, guide, start),
         data,
         config,
         temperature,

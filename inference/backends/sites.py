@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from zoo.plates import is_subsample_site
+
 
 def data_plate_log_prob(sites):
     """Sum of the sample sites' log-densities, per row of the ``data`` plate (unscaled).
@@ -11,7 +13,7 @@ def data_plate_log_prob(sites):
     """
     total = 0.0
     for site in sites:
-        if site["type"] != "sample" or site["name"] == "particles" or _is_subsample(site):
+        if site["type"] != "sample" or site["name"] == "particles" or is_subsample_site(site):
             continue
         frames = {f.name: f for f in site["cond_indep_stack"]}
         if "data" not in frames:
@@ -28,8 +30,3 @@ def data_plate_log_prob(sites):
             log_prob = log_prob.sum(tuple(range(dim + 1, 0)))
         total = total + log_prob
     return total
-
-
-def _is_subsample(site) -> bool:
-    infer = site.get("infer") or {}
-    return bool(infer.get("_do_not_trace")) or type(site["fn"]).__name__ == "_Subsample"

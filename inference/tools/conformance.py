@@ -3,7 +3,8 @@
 * :func:`check_model` runs the whole suite on one model (what ``tests/test_conformance.py``
   runs on every registered model) and returns a :class:`ConformanceReport` of what passes,
   what fails and why: the registration checks, the twins' log-joint and their guides
-  (``zoo.testing``), then a short fit with every registered algorithm that supports the model, on both backends.
+  (``zoo.testing``), then a short fit with every registered algorithm that supports the model,
+  on both backends.
 * :func:`check_algorithm_improves` is one such fit: finite, improving where the algorithm's
   traits say it must, and evaluable (posterior draws, or per-datum ELBOs).
 
@@ -265,8 +266,9 @@ def check_model(
 
     The checks are those ``tests/test_conformance.py`` runs on every registered model:
     ``registration`` (:func:`check_registration`), ``twins_and_log_joint``
-    (:func:`check_twins_and_log_joint`), ``twin_guides`` (:func:`check_twin_guides`) and, for each (algorithm, backend) the spec supports
-    (:func:`supported_runs`, narrowed by ``algorithms`` and ``backends``), ``"algorithm/backend"``
+    (:func:`check_twins_and_log_joint`), ``twin_guides`` (:func:`check_twin_guides`) and, for
+    each (algorithm, backend) the spec supports (:func:`supported_runs`, narrowed by
+    ``algorithms`` and ``backends``), ``"algorithm/backend"``
     (:func:`check_algorithm_improves` with ``num_steps``). ``options`` are model options for the
     example problem (default: ``spec.example_options``). When registration fails the rest are
     skipped: their failures would only repeat it. Never raises for a failing model; read the
