@@ -246,6 +246,24 @@ def test_download_with_bad_bytes_fails(data_dir, tmp_path, monkeypatch):
     assert not list((tmp_path / "mnist").iterdir())
 
 
+def test_a_download_removes_what_a_killed_one_left_but_not_one_under_way(tmp_path, monkeypatch):
+    """A download killed with SIGKILL leaves its temporary file; the next download of that file
+    removes it, but not the temporary of a download another process is writing now."""
+    rel = "mnist/t10k-labels-idx1-ubyte.gz"
+    (tmp_path / "mnist").mkdir()
+    killed = tmp_path / "mnist" / ".tmp-t10k-labels-idx1-ubyte.gz.0123456789ab"
+    under_way = tmp_path / "mnist" / ".tmp-t10k-labels-idx1-ubyte.gz.ba9876543210"
+    for path in (killed, under_way):
+        path.write_bytes(b"partial")
+    long_ago = time.time() - 2 * datasets._STALE_DOWNLOAD_S
+    os.utime(killed, (long_ago, long_ago))
+    monkeypatch.setattr(datasets, "_urlopen", lambda url, *a, **k: io.BytesIO(b"not it"))
+    monkeypatch.delenv("ZOO_OFFLINE", raising=False)
+    with pytest.raises(DatasetError, match="Checksum"):
+        datasets._fetch(rel, tmp_path, ["http://example.invalid/a.gz"])
+    assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == [under_way.name]
+
+
 def test_unknown_split():
     with pytest.raises(ValueError, match="train, test"):
         load_mnist("valid")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.files import atomic_write
+from zoo.files import atomic_write, remove_stale_temporaries
 
 __all__ = [
     "BINARIZED_MNIST_URL",
@@ -98,6 +98,8 @@ _IDX_IMAGES_MAGIC = 0x0803
 _IDX_LABELS_MAGIC = 0x0801
 _AMAT_ROW_BYTES = 784 * 2  # '0'/'1' then ' ' (or '\n' after the last value)
 _CHUNK = 1 << 20
+#: Seconds since its last write after which a download's temporary file is taken as left over.
+_STALE_DOWNLOAD_S = 3600.0
 _USER_CACHE = Path("~/.cache/ppl-zoo")
 
 
@@ -254,6 +256,9 @@ def _fetch(rel: str, data_dir: Path, urls: list[str], note: str = "") -> Path:
     )
     if os.environ.get("ZOO_OFFLINE") == "1":
         raise DatasetError(f"Missing data file {dest} and ZOO_OFFLINE=1. {note}{where}")
+    # What a download killed mid-write (SIGKILL, a power cut) left behind. One under way in
+    # another process writes a chunk at a time, so its file is never this old.
+    remove_stale_temporaries(dest, older_than=_STALE_DOWNLOAD_S)
     errors = []
     for url in urls:
         try:

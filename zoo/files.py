@@ -7,6 +7,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 
 _TOKEN_HEX = 6  # bytes of the random token in a temporary file's name
 
@@ -15,19 +16,28 @@ def _temporary_name(name: str) -> str:
     return f".tmp-{name}.{secrets.token_hex(_TOKEN_HEX)}"
 
 
-def remove_stale_temporaries(path) -> list[str]:
+def remove_stale_temporaries(path, older_than: float | None = None) -> list[str]:
     """Remove the temporary files that interrupted writes of ``path`` left (a process killed
-    with SIGKILL mid-write cannot clean up after itself); returns their paths. Only for a caller
-    that knows no other write of ``path`` is under way, e.g. one that holds a lock on it."""
+    with SIGKILL mid-write cannot clean up after itself); returns their paths.
+
+    With ``older_than=None``, every one: only for a caller that knows no other write of ``path``
+    is under way, e.g. one that holds a lock on it. With ``older_than`` seconds, only those last
+    written that long ago or more: for a writer that takes no lock but writes often while it
+    runs (a download), so that another process's write under way is left alone."""
     path = os.fspath(path)
+    cutoff = None if older_than is None else time.time() - older_than
     directory = os.path.dirname(os.path.abspath(path))
     pattern = re.compile(
         rf"\.tmp-{re.escape(os.path.basename(path))}\.[0-9a-f]{{{2 * _TOKEN_HEX}}}"
     )
     removed = []
+    if not os.path.isdir(directory):
+        return removed
     for entry in os.scandir(directory):
         if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
             try:
+                if cutoff is not None and entry.stat(follow_symlinks=False).st_mtime > cutoff:
+                    continue
                 os.remove(entry.path)
             except FileNotFoundError:
                 continue
