@@ -70,7 +70,8 @@ def evaluate(params, x):
 
 
 def cross_attention_baseline(x_train, x_test, K, epochs, seed, progress):
-    """Scores of a cross-attention layer of the mixture's size trained on log p(x_lower | x_upper)."""
+    """Scores of a cross-attention layer of the mixture's size, trained on
+    log p(x_lower | x_upper)."""
     t0 = time.perf_counter()
     layer = CrossAttentionCompleter(UPPER, K).fit(
         x_train, epochs=epochs, seed=seed, progress=progress

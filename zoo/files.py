@@ -106,9 +106,10 @@ def atomic_write(path, write, *, durable: bool = False, make_parents: bool = Tru
     An interrupted or failed write leaves the previous file intact and no temporary file behind.
     The file gets the permissions ``open(path, "wb")`` would give: those of the file it replaces,
     else the umask's. A symbolic link is written through: its target gets the new contents. A
-    FIFO, device or socket at ``path`` is refused (``FileExistsError``), never replaced. Missing parent directories are created with ``make_parents=True`` (a
-    cache); otherwise they are an error, as for ``open``. With ``durable=True`` the data and (where the file system allows) the
-    rename are flushed to disk, so a power loss right after cannot leave a checkpoint half
+    FIFO, device or socket at ``path`` is refused (``FileExistsError``), never replaced. Missing
+    parent directories are created with ``make_parents=True`` (a cache); otherwise they are an
+    error, as for ``open``. With ``durable=True`` the data and (where the file system allows)
+    the rename are flushed to disk, so a power loss right after cannot leave a checkpoint half
     written.
     """
     # Through a symbolic link to its target: the link stays a link and its target is current.

@@ -5,9 +5,9 @@ With a Gaussian prior and Gaussian noise of known scale, p(coef | x, y) is Gauss
     cov^-1 = prior_precision I + x^T x / noise_scale^2,     mean = cov x^T y / noise_scale^2.
 
 Coordinate ascent over a single Gaussian factor q(coef) lands on it in one update, and its ELBO
-there is log p(y | x) exactly. The zoo's CAVI driver calls the first four functions below; they are written
-against ``xp``, the small array namespace the driver passes in (torch or JAX, numpy spelling),
-so one implementation runs on both backends, and JAX compiles ``update``.
+there is log p(y | x) exactly. The zoo's CAVI driver calls the first four functions below; they
+are written against ``xp``, the small array namespace the driver passes in (torch or JAX, numpy
+spelling), so one implementation runs on both backends, and JAX compiles ``update``.
 
 Natural-gradient SVI (``algorithm="svi-natural"``, Hoffman et al. 2013) runs on minibatches with
 ``init_natural_state``, ``natural_step`` and ``natural_raw_params``: q(coef)'s natural parameters
