@@ -40,7 +40,8 @@ def test_bad_learning_rates_are_refused(lr, match):
         parse(lr)
 
 
-@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+# NumPyro's stages run in the default run by the Adam-restart test below.
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_a_fit_switches_rate_when_a_stage_ends(backend):
     """After a first stage of 8 updates the rate drops to 1e-30: the parameters stop moving.
     (A small VAE: every parameter is Adam's, none has a closed-form update.)"""

@@ -127,8 +127,7 @@ def test_what_cannot_be_scored_so_is_refused_by_name(gmm_data):
     with pytest.raises(ValueError, match="'gmm' defines no summed_out_elbo"):
         summed_out_elbo(res, {"x": gmm_data})
     svi = inference.fit(
-        "bayesian_gmm", {"x": gmm_data}, "svi", "numpyro", K=2, num_steps=2, tol=0,
-        progress=False,
+        "bayesian_gmm", {"x": gmm_data}, "svi", "pyro", K=2, num_steps=2, tol=0, progress=False
     )  # fmt: skip
     with pytest.raises(ValueError, match="family 'enum', not that of the closed-form updates"):
         summed_out_elbo(svi, {"x": gmm_data})

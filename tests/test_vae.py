@@ -207,7 +207,8 @@ def test_checkpoint_of_another_architecture_is_refused(tmp_path, digits):
         )
 
 
-@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+# NumPyro's validation runs in the default run by the save-and-load and diverging-fit tests.
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_validation_early_stopping_keeps_the_best_params(tmp_path, digits, backend):
     train, held_out = digits[:500], digits[500:]
     opts = dict(
