@@ -439,10 +439,12 @@ def test_check_model_says_which_contract_a_model_breaks(monkeypatch, plugin):
         report.raise_for_failures()
 
 
-def _numpyro_guide(real_make_guide, variance_as_scale=False, loc_name="coef_loc"):
+def _numpyro_guide(
+    real_make_guide, variance_as_scale=False, loc_name="coef_loc", scale_constraint="positive"
+):
     """The plugin's NumPyro guides with one of the slips an extender makes: the mean-field
-    guide's scale squared (a variance where Pyro has a standard deviation), or its location
-    parameter under another name."""
+    guide's scale squared (a variance where Pyro has a standard deviation), its location
+    parameter under another name, or its scale under another constraint."""
     import numpyro
     import numpyro.distributions as dist
     from numpyro.distributions import constraints
@@ -456,7 +458,9 @@ def _numpyro_guide(real_make_guide, variance_as_scale=False, loc_name="coef_loc"
             d = data["x"].shape[-1]
             loc = numpyro.param(loc_name, init.get("coef_loc", np.zeros(d)))
             scale = numpyro.param(
-                "coef_scale", init.get("coef_scale", np.ones(d)), constraint=constraints.positive
+                "coef_scale",
+                init.get("coef_scale", np.ones(d)),
+                constraint=getattr(constraints, scale_constraint),
             )
             scale = scale**2 if variance_as_scale else scale
             numpyro.sample("coef", dist.Normal(loc, scale).to_event(1))
@@ -474,6 +478,16 @@ def _numpyro_guide(real_make_guide, variance_as_scale=False, loc_name="coef_loc"
         (
             {"loc_name": "coef_mean"},
             r"only in Pyro \['coef_loc'\], only in NumPyro \['coef_mean'\]",
+        ),
+        # The same values under another constraint: the same log-density, another fit.
+        (
+            {"scale_constraint": "softplus_positive"},
+            r"constrains parameters otherwise in the two twins: 'coef_scale' "
+            r"\(GreaterThan\(lower_bound=0\.0\) in Pyro, SoftplusPositive\(lower_bound=0\.0\)",
+        ),
+        (
+            {"scale_constraint": "real"},
+            r"'coef_scale' \(GreaterThan.* in Pyro, Real\(\) in NumPyro\)",
         ),
     ],
 )
@@ -499,6 +513,106 @@ def test_check_model_holds_the_twins_guides_to_each_other(monkeypatch, plugin, s
         return
     assert check.status == "fail" and "guide 'mean_field'" in check.message
     assert re.search(message, check.message), check.message
+
+
+def _subsampling_models(numpyro_rows="the plate's"):
+    """The plugin's model with its data plate drawing minibatches of 10 rows, in both twins;
+    the NumPyro twin scores the plate's rows, or (a slip) the first 10."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as ndist
+    import pyro
+    import pyro.distributions as pdist
+    import torch
+
+    def pyro_model(data, config, temperature=None, init=None):
+        x, y = data["x"], data["y"]
+        zeros = torch.zeros(x.shape[-1], dtype=x.dtype)
+        coef = pyro.sample("coef", pdist.Normal(zeros, config.prior_precision**-0.5).to_event(1))
+        with pyro.plate("data", x.shape[0], subsample_size=10) as rows:
+            mean = (x[rows] * coef).sum(-1)
+            pyro.sample("y", pdist.Normal(mean, config.noise_scale), obs=y[rows])
+
+    def numpyro_model(data, config, temperature=None, init=None):
+        x, y = data["x"], data["y"]
+        zeros = jnp.zeros(x.shape[-1], dtype=x.dtype)
+        coef = numpyro.sample("coef", ndist.Normal(zeros, config.prior_precision**-0.5).to_event(1))
+        with numpyro.plate("data", x.shape[0], subsample_size=10) as rows:
+            rows = rows if numpyro_rows == "the plate's" else jnp.arange(10)
+            mean = (x[rows] * coef).sum(-1)
+            numpyro.sample("y", ndist.Normal(mean, config.noise_scale), obs=y[rows])
+
+    return pyro_model, numpyro_model
+
+
+@pytest.mark.parametrize("numpyro_rows", ["the plate's", "the first 10"])
+def test_the_twin_checks_score_a_subsampling_plate_at_the_same_rows(
+    monkeypatch, plugin, numpyro_rows
+):
+    """A plate that draws minibatches: the NumPyro twin is scored at the rows the Pyro twin's
+    plate drew, so twins that agree pass both checks, and one that reads other rows fails."""
+    from zoo.testing import check_twin_guides, check_twins_and_log_joint
+
+    pyro_model, numpyro_model = _subsampling_models(numpyro_rows)
+    backends = {
+        backend: _fake_twin(
+            monkeypatch,
+            f"fake_subsampling_{backend}_twin",
+            model=model,
+            make_guide=plugin.twin(backend).make_guide,
+        )
+        for backend, model in [("pyro", pyro_model), ("numpyro", numpyro_model)]
+    }
+    spec = dataclasses.replace(plugin, name="subsampling", backends=backends)
+    if numpyro_rows == "the plate's":
+        check_twins_and_log_joint(spec)
+        check_twin_guides(spec)
+    else:
+        with pytest.raises(AssertionError, match="log-joint at the same point differs"):
+            check_twins_and_log_joint(spec)
+
+
+def test_the_log_joint_check_names_a_site_only_one_twin_has(monkeypatch, plugin):
+    """Called on its own (registration would say it first), the log-joint check names a latent
+    site that only the NumPyro twin draws, rather than failing inside NumPyro."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    from zoo.testing import check_twins_and_log_joint
+
+    real = plugin.twin("numpyro").model
+
+    def model(data, config, temperature=None, init=None):
+        numpyro.sample("extra", dist.Normal(0.0, 1.0))
+        real(data, config, temperature, init)
+
+    path = _fake_twin(monkeypatch, "fake_extra_site_twin", model=model)
+    spec = dataclasses.replace(plugin, name="extra", backends={**plugin.backends, "numpyro": path})
+    with pytest.raises(AssertionError, match=r"only in the NumPyro twin: \['extra'\]"):
+        check_twins_and_log_joint(spec)
+
+
+def test_a_guide_that_samples_an_observed_site_is_refused(monkeypatch, plugin):
+    import pyro
+    import pyro.distributions as dist
+
+    real = plugin.twin("pyro")
+
+    def make_guide(name, config, init):
+        guide = real.make_guide(name, config, init)
+
+        def with_y(data, config, temperature=None):
+            guide(data, config, temperature)
+            with pyro.plate("data", data["y"].shape[0]):
+                pyro.sample("y", dist.Normal(data["y"], 1.0))
+
+        return with_y
+
+    path = _fake_twin(monkeypatch, "fake_observed_twin", model=real.model, make_guide=make_guide)
+    spec = dataclasses.replace(plugin, name="observed", backends={**plugin.backends, "pyro": path})
+    with pytest.raises(ModelSpecError, match=r"samples site\(s\) \['y'\], which the model obs"):
+        zoo.register(spec)
+    assert "observed" not in zoo.list_models()
 
 
 @pytest.mark.parametrize("part", ["init_state", "update"])

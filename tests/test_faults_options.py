@@ -349,18 +349,22 @@ def test_num_particles_is_taken_where_the_guide_draws_latents():
 
 def test_every_deterministic_guide_is_checked_at_registration():
     """The guides the spec declares deterministic are what SVI refuses num_particles= on: a
-    guide declared so that draws a latent at random is refused when the model is registered."""
+    guide declared so that draws a latent at random (a discrete one it does not mark to be
+    summed out included) is refused when the model is registered."""
     from zoo.testing import _check_deterministic_guide, _Site
 
     kind = zoo.GuideKind(enumerated=True, deterministic=True)
-    drawn = _Site(False, frozenset(), enumerable=False, point_mass=False, support="Real()")
-    discrete = drawn._replace(enumerable=True, support="IntegerInterval()")
-    sites = {"means": drawn, "z": discrete}
+    drawn = _Site(False, frozenset(), False, False, False, support="Real()")
+    summed_out = drawn._replace(enumerable=True, enumerated=True, support="IntegerInterval()")
+    sites = {"means": drawn, "z": summed_out}
     spec = zoo.get_model("bayesian_gmm")
     with pytest.raises(zoo.ModelSpecError, match=r"draws the site\(s\) \['means'\] at random"):
         _check_deterministic_guide(spec, "numpyro", "enum", kind, sites)
     sites["means"] = drawn._replace(point_mass=True)
     _check_deterministic_guide(spec, "numpyro", "enum", kind, sites)
+    sites["z"] = summed_out._replace(enumerated=False)  # a Categorical draw
+    with pytest.raises(zoo.ModelSpecError, match=r"draws the site\(s\) \['z'\] at random"):
+        _check_deterministic_guide(spec, "numpyro", "enum", kind, sites)
     # The whole registration check refuses it too: bayesian_gmm's "enum" guide samples the
     # global factors.
     kinds = {"enum": zoo.GuideKind(enumerated=True, deterministic=True)}
@@ -378,7 +382,9 @@ def test_the_guide_support_check_reads_only_what_it_can_tell():
     from zoo.testing import _check_guide_support, _Site, _support
 
     spec = zoo.get_model("bayesian_gmm")
-    real = _Site(False, frozenset(), False, False, _support(_Supported(constraints.real_vector)))
+    real = _Site(
+        False, frozenset(), False, False, False, _support(_Supported(constraints.real_vector))
+    )
     positive = real._replace(support=_support(_Supported(constraints.positive)))
     unknown = real._replace(support=_support(_Supported(constraints.dependent)))
     assert (real.support, positive.support, unknown.support) == (
@@ -755,3 +761,14 @@ def test_high_dimensional_mixtures_need_no_fourth_power_of_memory():
     x = torch.as_tensor(np.random.default_rng(0).normal(size=(5, 120)))
     cache = quadratic_features.quadratic_cache(x, TorchOps())
     assert sum(np.asarray(v).nbytes for v in cache.values() if hasattr(v, "nbytes")) < 20e6
+
+
+def test_numpyro_parameters_are_named_as_pyro_names_them():
+    """A network's pytree is named by its leaves' paths; an array, or a number that a guide
+    keeps as a Python or NumPy scalar, by its site's name."""
+    import jax.numpy as jnp
+
+    from zoo.weights import flatten_params
+
+    params = {"a": 1.0, "b": np.float64(2.0), "c": jnp.ones(2), "net$params": {"fc": [jnp.ones(1)]}}
+    assert list(flatten_params(params)) == ["a", "b", "c", "net.fc.0"]

@@ -85,43 +85,109 @@ def _pyro_traced(make, data, config, temperature=None, seed=0):
     _, tdata, tconfig = _backend_problem("pyro", data, config)
     if temperature is not None:
         temperature = torch.as_tensor(temperature, dtype=torch.float64)
-    with pyro.get_param_store().scope(), torch.random.fork_rng():
+    # devices=[]: the traces are on the CPU, and forking CUDA's streams would initialise CUDA
+    # (a registration in a process that forks workers later must not).
+    with pyro.get_param_store().scope(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fn = make(tconfig)
         return pyro.poutine.trace(fn).get_trace(tdata, tconfig, temperature=temperature)
 
 
-def _pyro_point(trace):
-    """``(parameters, draws, log-density)`` of a Pyro trace: the parameters named as a fit's
-    ``raw_params`` (``canonical_name``), the latent draws by site name, and the sum of every
-    sample site's log-density (observed ones and factors included)."""
+class _Point(NamedTuple):
+    """What a Pyro trace holds, to score the NumPyro twin at the same point."""
+
+    params: dict  # by the names of a fit's raw_params (canonical_name)
+    draws: dict  # the latent draws, by site name
+    indices: dict  # a subsampling plate's minibatch rows, by plate name
+    logp: float  # the sum of every sample site's log-density, observed ones and factors included
+
+
+def _pyro_point(trace) -> _Point:
+    """A Pyro trace's parameters, draws, subsample indices and log-density."""
     trace.compute_log_prob()
-    samples = [
-        (name, site)
-        for name, site in trace.nodes.items()
-        if site["type"] == "sample" and not is_subsample_site(site)
-    ]
+
+    def numpy(site):
+        return site["value"].detach().cpu().numpy()
+
+    samples, indices = [], {}
+    for name, site in trace.nodes.items():
+        if site["type"] == "sample":
+            if is_subsample_site(site):
+                indices[name] = numpy(site)
+            else:
+                samples.append((name, site))
     params = {
-        canonical_name(name): site["value"].detach().cpu().numpy()
+        canonical_name(name): numpy(site)
         for name, site in trace.nodes.items()
         if site["type"] == "param"
     }
-    draws = {
-        name: site["value"].detach().cpu().numpy()
-        for name, site in samples
-        if not site["is_observed"]
+    draws = {name: numpy(site) for name, site in samples if not site["is_observed"]}
+    logp = float(sum(site["log_prob_sum"].detach() for _, site in samples))
+    return _Point(params, draws, indices, logp)
+
+
+#: NumPyro's names for constraints that torch writes with their bounds alone.
+_CONSTRAINT_ALIASES = {
+    "Positive": "GreaterThan",
+    "Nonnegative": "GreaterThanEq",
+    "UnitInterval": "Interval",
+}
+
+
+def _constraint_name(constraint) -> str:
+    """A constraint as both backends name it: its class and scalar bounds, without the wrappers
+    that make a batch an event (``GreaterThan(lower_bound=0.0)`` for torch's ``positive`` and
+    NumPyro's alike)."""
+    while hasattr(constraint, "base_constraint"):
+        constraint = constraint.base_constraint
+    name = type(constraint).__name__.lstrip("_")
+    bounds = [
+        f"{bound}={float(getattr(constraint, bound))!r}"
+        for bound in ("lower_bound", "upper_bound")
+        if np.size(getattr(constraint, bound, None)) == 1
+        and getattr(constraint, bound, None) is not None
+    ]
+    return f"{_CONSTRAINT_ALIASES.get(name, name)}({', '.join(bounds)})"
+
+
+def _pyro_constraints(trace) -> dict:
+    """``{raw_params name: constraint name}`` of a Pyro trace's parameters."""
+    from torch.distributions import constraints
+
+    return {
+        canonical_name(name): _constraint_name(
+            (site.get("kwargs") or {}).get("constraint", constraints.real)
+        )
+        for name, site in trace.nodes.items()
+        if site["type"] == "param"
     }
-    return params, draws, float(sum(site["log_prob_sum"].detach() for _, site in samples))
+
+
+def _numpyro_constraints(trace) -> dict:
+    """:func:`_pyro_constraints` of a NumPyro trace (a network's leaves by the names
+    ``flatten_params`` gives them, each with its site's constraint)."""
+    from numpyro.distributions import constraints
+
+    out = {}
+    for name, site in trace.items():
+        if site["type"] == "param":
+            constraint = _constraint_name(site["kwargs"].get("constraint", constraints.real))
+            out.update(dict.fromkeys(flatten_params({name: site["value"]}), constraint))
+    return out
 
 
 def _numpyro_log_density(spec, data, config, start, values):
+    """The NumPyro model's log-density at ``values`` (draws and a plate's subsample indices by
+    name, which NumPyro substitutes into its plates), and its trace."""
     import jax.numpy as jnp
+    from numpyro import handlers
     from numpyro.infer.util import log_density
 
     _, jdata, jconfig = _backend_problem("numpyro", data, config)
     params = {k: jnp.asarray(v) for k, v in values.items()}
     model = spec.build_model("numpyro", jconfig, start)
-    logp, trace = log_density(model, (jdata, jconfig), {}, params)
+    # Seeded: a site the Pyro twin does not have is drawn, and shows up as a difference.
+    logp, trace = log_density(handlers.seed(model, rng_seed=0), (jdata, jconfig), {}, params)
     return float(logp), trace
 
 
@@ -175,9 +241,11 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
     _require_both_twins(spec)
     data, config, start = example_problem(spec, **options)
     ptrace = _pyro_traced(lambda tconfig: spec.build_model("pyro", tconfig, start), data, config)
-    params, values, pyro_logp = _pyro_point(ptrace)
+    point = _pyro_point(ptrace)
+    pyro_logp = point.logp
     # Parameters (networks included) enter the NumPyro twin by name, as a fit's raw_params do.
-    start = {**(start or {}), **params}
+    start = {**(start or {}), **point.params}
+    values = {**point.draws, **point.indices}
     numpyro_logp, ntrace = _numpyro_log_density(spec, data, config, start, values)
     psig, nsig = site_signature(ptrace, "pyro"), site_signature(ntrace, "numpyro")
     if psig != nsig:
@@ -201,7 +269,8 @@ def _require_both_twins(spec: ModelSpec) -> None:
 
 def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     """Each guide of ``spec.guides`` is the same distribution in both twins: the same parameter
-    names, the same sample sites, and the same log-density at the same parameters and draws.
+    names and constraints, the same sample sites, and the same log-density at the same
+    parameters and draws.
 
     Each Pyro guide is traced on the example problem (``spec.make_data``, float64 on the CPU)
     at the temperature SVI starts from, in a scratch parameter store; the NumPyro guide is
@@ -227,8 +296,8 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     Raises
     ------
     AssertionError
-        A twin is missing; a guide's parameter names or sample sites differ between the twins;
-        or its log-densities differ (or are not finite). The message names the guide and what
+        A twin is missing; a guide's parameter names, their constraints or its sample sites
+        differ between the twins; or its log-densities differ (or are not finite). The message names the guide and what
         to compare.
     ModelSpecError
         The spec has no ``make_data`` to build the example problem from.
@@ -245,10 +314,12 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
         kind = spec.guide_kind(guide, "pyro")
         temperature = _svi_temperature(spec.twin("pyro"), kind, config)
         make = _guide_maker(spec, "pyro", guide, start)
-        params, draws, pyro_logq = _pyro_point(_pyro_traced(make, data, config, temperature))
+        trace = _pyro_traced(make, data, config, temperature)
+        point = _pyro_point(trace)
+        params, draws, pyro_logq = point.params, point.draws, point.logp
         init = {**(start or {}), **params}
         numpyro_params, numpyro_draws, numpyro_logq = _numpyro_guide_density(
-            spec, guide, data, config, init, {**params, **draws}, temperature
+            spec, guide, data, config, init, {**params, **draws, **point.indices}, temperature
         )
         where = f"{spec.name}: guide {guide!r}"
         if set(params) != set(numpyro_params):
@@ -257,6 +328,18 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
                 f"{sorted(set(params) - set(numpyro_params))}, only in NumPyro "
                 f"{sorted(set(numpyro_params) - set(params))}. Name each param site the same in "
                 "both twins: a fit's raw_params, init and saved fits hold them by name."
+            )
+        constrained_otherwise = [
+            f"{name!r} ({constraint} in Pyro, {numpyro_params[name]} in NumPyro)"
+            for name, constraint in sorted(_pyro_constraints(trace).items())
+            if constraint != numpyro_params[name]
+        ]
+        if constrained_otherwise:
+            raise AssertionError(
+                f"{where} constrains parameters otherwise in the two twins: "
+                f"{', '.join(constrained_otherwise)}. The optimiser moves each parameter on the "
+                "real line through its constraint's transform: give each param site the same "
+                "constraint in both twins (real when none is given)."
             )
         if set(draws) != set(numpyro_draws):
             raise AssertionError(
@@ -275,7 +358,7 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
 
 def _numpyro_guide_density(spec, guide, data, config, init, values, temperature):
     """The NumPyro guide built from ``init`` and scored at ``values`` (parameters and draws by
-    name): ``(parameter names, draw names, log-density)``."""
+    name): ``(its parameters' constraint names by name, draw names, log-density)``."""
     import jax.numpy as jnp
     from numpyro import handlers
     from numpyro.infer.util import log_density
@@ -289,15 +372,12 @@ def _numpyro_guide_density(spec, guide, data, config, init, values, temperature)
         {"temperature": temperature},
         {k: jnp.asarray(v) for k, v in values.items()},
     )
-    params = flatten_params(
-        {name: site["value"] for name, site in trace.items() if site["type"] == "param"}
-    )
     draws = {
         name
         for name, site in trace.items()
         if site["type"] == "sample" and not site["is_observed"] and not is_subsample_site(site)
     }
-    return set(params), draws, float(logq)
+    return _numpyro_constraints(trace), draws, float(logq)
 
 
 # --- The spec alone -------------------------------------------------------------------------
@@ -488,7 +568,8 @@ def check_registration(spec: ModelSpec, **options) -> None:
     model constrains (positive, in an interval, on a simplex, ...) on the whole real line.
 
     Traces run on the CPU in float64, in a scratch Pyro parameter store, so the caller's store
-    and random streams are left as they were. Raises ``ModelSpecError``.
+    and random streams are left as they were; JAX's process-wide 64-bit mode is turned on (as
+    the inference layer's NumPyro backend does) and left on. Raises ``ModelSpecError``.
 
     Parameters
     ----------
@@ -645,7 +726,7 @@ def _backend_problem(backend, data, config):
 
 def _traced(spec, backend, what, make, data, config, temperature) -> dict:
     """Trace ``make(backend_config)(data, config, temperature=...)``, a model or a guide; return
-    ``{site name: (observed, plate names, discrete and enumerable)}`` of its sample sites."""
+    ``{site name: _Site}`` of its sample sites."""
     try:
         if backend == "pyro":
             return _site_summary(_pyro_traced(make, data, config, temperature), "pyro")
@@ -699,6 +780,7 @@ class _Site(NamedTuple):
     observed: bool
     plates: frozenset
     enumerable: bool  # discrete, with a support SVI can sum over
+    enumerated: bool  # marked to be summed over (infer={"enumerate": ...})
     point_mass: bool  # a Delta
     support: str  # its support's constraint, as written (``_support``)
 
@@ -730,6 +812,7 @@ def _site_summary(trace, backend) -> dict:
             observed=bool(site["is_observed"]),
             plates=frozenset(f.name for f in site["cond_indep_stack"]),
             enumerable=bool(getattr(site["fn"], "has_enumerate_support", False)),
+            enumerated=(site.get("infer") or {}).get("enumerate") is not None,
             point_mass=_is_point_mass(site["fn"]),
             support=_support(site["fn"]),
         )
@@ -791,6 +874,17 @@ def _check_guide_covers_model(spec, backend, guide, kind, model_sites, guide_sit
         )
     # A guide's factor (an observed site: a term of the objective in closed form) stands for
     # no model site.
+    observed = sorted(
+        name
+        for name, site in guide_sites.items()
+        if not site.observed and name in model_sites and model_sites[name].observed
+    )
+    if observed:
+        raise ModelSpecError(
+            f"Model {spec.name!r}: {where} samples site(s) {observed}, which the model observes. "
+            "A guide draws only the model's latent sites: its draw of an observed site would add "
+            "a spurious -log q term to the ELBO. Remove the sample statement from the guide."
+        )
     unknown = sorted(
         name for name, site in guide_sites.items() if name not in model_sites and not site.observed
     )
@@ -831,21 +925,21 @@ def _check_guide_support(spec, backend, guide, model_sites, guide_sites) -> None
 def _check_deterministic_guide(spec, backend, guide, kind, guide_sites) -> None:
     """A guide declared deterministic (``GuideKind(deterministic=True)``: SVI then refuses
     ``num_particles=``, which would change nothing) draws nothing at random: its sites are point
-    masses or discrete."""
+    masses or discrete sites it marks to be summed out."""
     if not kind.deterministic:
         return
     drawn = sorted(
         name
         for name, site in guide_sites.items()
-        if not (site.observed or site.enumerable or site.point_mass)
+        if not (site.observed or site.point_mass or (site.enumerable and site.enumerated))
     )
     if drawn:
         where = f"guide {guide!r} of the {BACKEND_TITLES[backend]} twin ({spec.backends[backend]})"
         raise ModelSpecError(
             f"Model {spec.name!r}: {where} is declared deterministic (guide_kinds), but draws "
             f"the site(s) {drawn} at random. Declare deterministic=True only for guides whose "
-            "sites are all point masses (Delta) or discrete sites that SVI sums out: SVI "
-            "refuses num_particles= for them."
+            "sites are all point masses (Delta) or discrete sites that SVI sums out (sampled "
+            'with infer={"enumerate": "parallel"}): SVI refuses num_particles= for them.'
         )
 
 

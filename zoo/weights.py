@@ -27,7 +27,7 @@ def flatten_params(params: dict) -> dict[str, np.ndarray]:
 
     out = {}
     for name, value in params.items():
-        if isinstance(value, jax.Array | np.ndarray):
+        if isinstance(value, jax.Array | np.ndarray | np.generic | int | float):
             out[name] = np.asarray(value)
             continue
         prefix = name.split("$")[0]
