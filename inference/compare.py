@@ -20,6 +20,7 @@ from inference.backends import get_backend
 from inference.loop import labelled_bar
 from inference.registry import every_option_name, get_algorithm, list_algorithms
 from zoo import get_model
+from zoo.options import did_you_mean
 
 TARGET_GAP = 0.01  # nats per point: "reached the optimum" means within this of the best run
 REFERENCE_DRAWS = 4000  # draws of an exact reference posterior
@@ -328,7 +329,8 @@ def compare(
         Held-out data for the ``heldout_log_pred_per_point`` column; default: ``data``.
     num_steps : int or dict of str to int, optional
         Steps per run, or per algorithm (``{"svi": 2000, "cavi": 200}``); default: each
-        algorithm's own. A sampler's length is its warm-up and draws, unless the dict names it.
+        algorithm's own. A sampler's length is its warm-up and draws (``num_warmup``,
+        ``num_draws``): the dict may not name it, and ``tol`` does not reach it.
     num_samples : int
         Posterior draws for the held-out log predictive (and for the accuracy columns).
     reference : {"exact"}, str or FitResult, optional
@@ -424,7 +426,10 @@ def compare(
     else:  # named as the caller's, and checked against the model the data make, before any fit
         _, config = _data_and_config(spec, data, options)
         spec.check_against_fit(spec.validate_data(test_data, "test_data"), config, "test_data")
+    _check_sampler_lengths(algs, num_steps)
     plan = _plan_runs(algs, [spec, *twins], backends, guides, options)
+    if guides is not None:
+        _check_guides(plan, guides)
     if plan:
         _check_every_option_is_used(spec, plan, options, reference)
         _check_scoring(plan)
@@ -479,6 +484,37 @@ def _check_lists(**lists) -> None:
         repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
         if repeated:  # the same run twice: a duplicate row, and its time spent again
             raise ValueError(f"{name} lists {repeated} more than once; give each once.")
+
+
+def _check_sampler_lengths(algs, num_steps) -> None:
+    """A sampler runs its warm-up and draws: a ``num_steps`` dict that names one is an error
+    before any run, not after the runs before it."""
+    named = [a.name for a in algs if a.traits.estimate == "draws"]
+    named = [name for name in named if isinstance(num_steps, dict) and name in num_steps]
+    if named:
+        raise ValueError(
+            f"num_steps names the sampler(s) {named}, whose length is their warm-up and draws: "
+            "give num_warmup= and num_draws= instead, and leave them out of num_steps."
+        )
+
+
+def _check_guides(plan, guides) -> None:
+    """Before any run: every name of ``guides`` is a guide of the model that the runs taking a
+    guide fit, and some run takes one (``guides`` would otherwise be dropped unsaid)."""
+    targets = {target.name: target for alg, target, backend, guide, opts in plan if guide}
+    if not targets:
+        runs = sorted({alg.name for alg, *_ in plan})
+        raise ValueError(
+            f"guides={list(guides)} would have no effect: no algorithm of this comparison "
+            f"({runs}) takes a guide. Add one that does (svi), or leave guides out."
+        )
+    for target in targets.values():
+        unknown = [g for g in guides if g not in target.guides]
+        if unknown:
+            raise ValueError(
+                f"Unknown guide(s) {unknown} for {target.name!r}; valid guides are "
+                f"{list(target.guides)}." + did_you_mean(unknown[0], target.guides)
+            )
 
 
 def _plan_runs(algs, models, backends, guides, options) -> list[tuple]:
@@ -890,6 +926,8 @@ def _options_for(spec, alg, guide, backend, options):
     if guide is not None:
         own["guide"] = guide
     opts = alg.options(own)
+    if alg.traits.estimate == "draws":
+        allowed.discard("tol")  # a sampler runs its warm-up and draws: no stopping rule
     out = {k: v for k, v in options.items() if k in allowed}
     out.update({k: v for k, v in own.items() if not ignores(alg, spec, backend, opts, k)})
     return out

@@ -404,6 +404,10 @@ def test_a_string_that_reads_as_a_number_in_python_stays_a_string(capsys, monkey
     monkeypatch.setattr(cli, "fit", fit)
     assert main(["fit", "gmm", "--checkpoint", "2024_11_29", "--init", "1,2"]) == 2
     assert given["checkpoint"] == "2024_11_29" and given["init"] == "1,2"
+    # Numbers as people type them, which JSON does not read, are numbers.
+    assert main(["fit", "gmm", "--reg-covar", ".001", "--lr", "1.", "--K", "+2"]) == 2
+    assert (given["reg_covar"], given["lr"], given["K"]) == (0.001, 1.0, 2)
+    assert type(given["K"]) is int
 
 
 @pytest.mark.parametrize(

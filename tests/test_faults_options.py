@@ -277,6 +277,13 @@ BAD_COMPARISONS = [
     ("bayesian_gmm", {"algorithms": ["cavi"], "progress": "no"}, "progress must be True or"),
     ("gmm", {"algorithms": ["cavi", "nuts"]},
      r"No algorithm in \['cavi', 'nuts'\] fits model 'gmm'; .* are \['em', 'svi'\]"),
+    ("bayesian_gmm", {"algorithms": ["cavi", "nuts"], "num_steps": {"cavi": 2, "nuts": 3}},
+     r"num_steps names the sampler\(s\) \['nuts'\], whose length is their warm-up and draws"),
+    ("bayesian_gmm", {"algorithms": ["nuts"], "tol": 1e-3}, r"tol=0.001 would have no effect"),
+    ("gmm", {"algorithms": ["em"], "guides": ["enum"]},
+     r"guides=\['enum'\] would have no effect: no algorithm .*\['em'\]\) takes a guide"),
+    ("bayesian_gmm", {"algorithms": ["cavi", "svi"], "guides": ["gumbell"]},
+     r"Unknown guide\(s\) \['gumbell'\] for 'bayesian_gmm'.*Did you mean 'gumbel'"),
 ]  # fmt: skip
 
 
@@ -772,3 +779,18 @@ def test_numpyro_parameters_are_named_as_pyro_names_them():
 
     params = {"a": 1.0, "b": np.float64(2.0), "c": jnp.ones(2), "net$params": {"fc": [jnp.ones(1)]}}
     assert list(flatten_params(params)) == ["a", "b", "c", "net.fc.0"]
+
+
+def test_a_misspelt_guide_is_named_before_an_option_it_would_not_use(no_steps):
+    """Not "temperature= anneals a relaxed guide; guide 'gumbell' does not use it"."""
+    with pytest.raises(ValueError, match=r"Unknown guide 'gumbell'.*Did you mean 'gumbel'"):
+        _fit("bayesian_gmm", guide="gumbell", temperature=(1.0, 0.2))
+
+
+def test_pyro_nuts_takes_any_seed_fit_takes():
+    """Each chain's torch seed stays below 2**64, where a seed of 2**62 overflowed."""
+    res = inference.fit(
+        "bayesian_gmm", {"x": GMM_X[:20]}, "nuts", "pyro", K=1, seed=2**62, num_chains=1,
+        num_warmup=2, num_draws=2, max_tree_depth=2, progress=False,
+    )  # fmt: skip
+    assert res.options["num_chains"] == 1 and np.isfinite(res.objective)

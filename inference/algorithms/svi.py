@@ -143,6 +143,8 @@ class SVIOptions:
         another estimator do not change; and an importance-weighted bound of one particle is the
         ELBO itself."""
         guide = self.guide or spec.guides[0]
+        if guide not in spec.guides:
+            return None  # not this option's fault: init names the unknown guide
         kind = spec.guide_kind(guide, backend)
         if name == "temperature" and not kind.relaxed:
             return (

@@ -87,10 +87,13 @@ class NUTSEngine:
     def init(self):
         chains = []
         for index in range(self.options.num_chains):
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+            # Within torch's seeds (below 2**64) whatever the seed: the same as before for seeds
+            # up to 1.8e13, where a larger one overflowed.
+            chain_seed = (self.seed * 1_000_003 + index) % 2**64
+            generator = torch.Generator().manual_seed(chain_seed)
             chain = {"kernel": self._kernel(), "rng": generator.get_state()}
             if self.device.type == "cuda":
-                cuda = torch.Generator(self.device).manual_seed(self.seed * 1_000_003 + index)
+                cuda = torch.Generator(self.device).manual_seed(chain_seed)
                 chain["cuda_rng"] = cuda.get_state()
             with self._random_stream(chain):
                 chain["kernel"].setup(self.options.num_warmup)

@@ -18,6 +18,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import sys
 import warnings
 
@@ -132,18 +133,24 @@ def _comma_separated(check, example: str):
 # the command line
 
 
+#: A number as people type it: digits with an optional sign, point and exponent (no
+#: underscores, which Python's float() would read in a name such as 2024_11_29).
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 #: Python's spellings of the constants the help writes defaults with.
 PYTHON_CONSTANTS = {"True": True, "False": False, "None": None}
 
 
 def _read_value(value: str):
-    """An option's value: JSON (numbers, lists, true/false, null); else Python's True, False or
-    None, or a bracketed literal such as (100, 100), as the help writes defaults; else the
-    string itself (a path such as 2024_11_29 or a name such as 1,2 stays a string)."""
+    """An option's value: JSON (numbers, lists, true/false, null); else a number as people
+    type it (.001, 1., +2); else Python's True, False or None, or a bracketed literal such as
+    (100, 100), as the help writes defaults; else the string itself (a path such as 2024_11_29
+    or a name such as 1,2 stays a string)."""
     try:
         return json.loads(value)
     except json.JSONDecodeError:
         pass
+    if _DECIMAL.fullmatch(value):  # what JSON does not write: .001, 1., +2, -.5
+        return int(value) if value.lstrip("+-").isdigit() else float(value)
     if value in PYTHON_CONSTANTS:
         return PYTHON_CONSTANTS[value]
     if value.strip()[:1] in ("(", "[", "{"):
