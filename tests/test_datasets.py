@@ -255,13 +255,24 @@ def test_a_download_removes_what_a_killed_one_left_but_not_one_under_way(tmp_pat
     under_way = tmp_path / "mnist" / ".tmp-t10k-labels-idx1-ubyte.gz.ba9876543210"
     for path in (killed, under_way):
         path.write_bytes(b"partial")
-    long_ago = time.time() - 2 * datasets._STALE_DOWNLOAD_S
+    long_ago = time.time() - 2 * datasets._STALE_WRITE_S
     os.utime(killed, (long_ago, long_ago))
     monkeypatch.setattr(datasets, "_urlopen", lambda url, *a, **k: io.BytesIO(b"not it"))
     monkeypatch.delenv("ZOO_OFFLINE", raising=False)
     with pytest.raises(DatasetError, match="Checksum"):
         datasets._fetch(rel, tmp_path, ["http://example.invalid/a.gz"])
     assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == [under_way.name]
+
+
+def test_a_cache_write_removes_what_a_killed_one_left_but_not_one_under_way(tmp_path):
+    killed = tmp_path / ".tmp-x.npy.0123456789ab"
+    under_way = tmp_path / ".tmp-x.json.ba9876543210"
+    for path in (killed, under_way):
+        path.write_bytes(b"partial")
+    long_ago = time.time() - 2 * datasets._STALE_WRITE_S
+    os.utime(killed, (long_ago, long_ago))
+    datasets._cache_save(tmp_path, "x", np.arange(3), {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [under_way.name, "x.json", "x.npy"]
 
 
 def test_unknown_split():

@@ -629,3 +629,19 @@ def test_plotting_a_comparison_onto_a_directory_is_refused(data, tmp_path):
     with pytest.raises(IsADirectoryError, match="is a directory"):
         table.plot(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_writability_probe_whose_file_another_writer_removed_passes(tmp_path, monkeypatch):
+    """A fit that takes a checkpoint's lock removes that checkpoint's temporaries, the probe of
+    a second fit on the same path included: the probe still says the folder is writable (the
+    second fit is then told the checkpoint is in use), not "No such file or directory"."""
+    create = files._create_temporary
+
+    def create_then_lose(directory, name):
+        fd, tmp = create(directory, name)
+        files.remove_stale_temporaries(os.path.join(directory, name))
+        return fd, tmp
+
+    monkeypatch.setattr(files, "_create_temporary", create_then_lose)
+    files.probe_writable(tmp_path, "run.zoo")
+    assert files.unwritable_reason(tmp_path / "run.zoo") is None

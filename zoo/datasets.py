@@ -98,8 +98,9 @@ _IDX_IMAGES_MAGIC = 0x0803
 _IDX_LABELS_MAGIC = 0x0801
 _AMAT_ROW_BYTES = 784 * 2  # '0'/'1' then ' ' (or '\n' after the last value)
 _CHUNK = 1 << 20
-#: Seconds since its last write after which a download's temporary file is taken as left over.
-_STALE_DOWNLOAD_S = 3600.0
+#: Seconds since its last write after which a download's or a cache's temporary file is taken
+#: as left over by a killed process (one being written is written to far more often).
+_STALE_WRITE_S = 3600.0
 _USER_CACHE = Path("~/.cache/ppl-zoo")
 
 
@@ -258,7 +259,7 @@ def _fetch(rel: str, data_dir: Path, urls: list[str], note: str = "") -> Path:
         raise DatasetError(f"Missing data file {dest} and ZOO_OFFLINE=1. {note}{where}")
     # What a download killed mid-write (SIGKILL, a power cut) left behind. One under way in
     # another process writes a chunk at a time, so its file is never this old.
-    remove_stale_temporaries(dest, older_than=_STALE_DOWNLOAD_S)
+    remove_stale_temporaries(dest, older_than=_STALE_WRITE_S)
     errors = []
     for url in urls:
         try:
@@ -317,7 +318,8 @@ def _binarized_source(split: str, data_dir: Path) -> tuple[Path, str]:
 
 def download(data_dir: str | os.PathLike | None = None) -> Path:
     """Make sure every MNIST and binarized MNIST file is in the data directory, downloading the
-    missing ones (each checked against its pinned SHA-256).
+    missing ones (each download checked against its pinned SHA-256 before it is kept; a file
+    already there is checked when a loader reads it).
 
     Parameters
     ----------
@@ -439,6 +441,8 @@ def _cache_load(
 def _cache_save(cache_dir: Path, name: str, arr: np.ndarray, sources: dict) -> None:
     """Write ``arr`` and its metadata atomically; a failure to write only warns."""
     try:
+        for suffix in (".npy", ".json"):  # what a process killed while writing them left
+            remove_stale_temporaries(cache_dir / f"{name}{suffix}", older_than=_STALE_WRITE_S)
         atomic_write(cache_dir / f"{name}.npy", lambda f: np.save(f, arr, allow_pickle=False))
         meta = {
             "sources": sources,

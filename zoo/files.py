@@ -68,7 +68,10 @@ def probe_writable(directory, name: str = "probe") -> None:
     or a name too long for the file system once the temporary's prefix and suffix are added)."""
     fd, tmp = _create_temporary(os.fspath(directory), name)
     os.close(fd)
-    os.remove(tmp)
+    try:
+        os.remove(tmp)
+    except FileNotFoundError:  # a writer's clean-up of ``name``'s leftovers took it first
+        pass
 
 
 def unwritable_reason(path) -> str | None:
