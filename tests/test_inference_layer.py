@@ -207,8 +207,10 @@ def test_resume_refuses_another_validation_set_up(tmp_path, gmm_data):
             inference.fit("gmm", {"x": gmm_data}, resume=True, **options)
 
 
-def test_numpy_scalar_options_checkpoint_and_save(tmp_path, gmm_data):
-    kwargs = dict(algorithm="svi", backend="numpyro", K=3, num_steps=4, progress=False)
+# NumPyro's case compiles minibatched SVI for 20 s; the options are the layer's to read.
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
+def test_numpy_scalar_options_checkpoint_and_save(tmp_path, gmm_data, backend):
+    kwargs = dict(algorithm="svi", backend=backend, K=3, num_steps=4, progress=False)
     res = inference.fit(
         "bayesian_gmm",
         {"x": gmm_data},

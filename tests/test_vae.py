@@ -207,7 +207,7 @@ def test_checkpoint_of_another_architecture_is_refused(tmp_path, digits):
         )
 
 
-# NumPyro's validation runs in the default run by the save-and-load and diverging-fit tests.
+# NumPyro's validation runs in the default run by the save-and-load test below.
 @pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_validation_early_stopping_keeps_the_best_params(tmp_path, digits, backend):
     train, held_out = digits[:500], digits[500:]
@@ -252,7 +252,8 @@ def test_a_fit_with_validation_saves_and_loads(tmp_path, digits, backend):
         np.testing.assert_array_equal(loaded.raw_params[k], v)
 
 
-@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+# NumPyro's validation runs in the default run by the save-and-load test above.
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_a_diverging_fit_with_validation_ends_as_a_nonfinite_objective(digits, backend):
     """A held-out objective that is not finite, or that fails on parameters gone out of range,
     ends the fit as a non-finite training objective does: with advice and the last good
