@@ -134,18 +134,24 @@ _CONSTRAINT_ALIASES = {
 }
 
 
+def _unwrapped(constraint):
+    """``constraint`` without the wrappers that make a batch an event (``independent``)."""
+    while hasattr(constraint, "base_constraint"):
+        constraint = constraint.base_constraint
+    return constraint
+
+
 def _constraint_name(constraint) -> str:
     """A constraint as both backends name it: its class and scalar bounds, without the wrappers
     that make a batch an event (``GreaterThan(lower_bound=0.0)`` for torch's ``positive`` and
     NumPyro's alike)."""
-    while hasattr(constraint, "base_constraint"):
-        constraint = constraint.base_constraint
+    constraint = _unwrapped(constraint)
     name = type(constraint).__name__.lstrip("_")
+    values = {bound: getattr(constraint, bound, None) for bound in ("lower_bound", "upper_bound")}
     bounds = [
-        f"{bound}={float(getattr(constraint, bound))!r}"
-        for bound in ("lower_bound", "upper_bound")
-        if np.size(getattr(constraint, bound, None)) == 1
-        and getattr(constraint, bound, None) is not None
+        f"{bound}={float(value)!r}"
+        for bound, value in values.items()
+        if value is not None and np.size(value) == 1
     ]
     return f"{_CONSTRAINT_ALIASES.get(name, name)}({', '.join(bounds)})"
 
@@ -297,8 +303,8 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     ------
     AssertionError
         A twin is missing; a guide's parameter names, their constraints or its sample sites
-        differ between the twins; or its log-densities differ (or are not finite). The message names the guide and what
-        to compare.
+        differ between the twins; or its log-densities differ (or are not finite). The message
+        names the guide and what to compare.
     ModelSpecError
         The spec has no ``make_data`` to build the example problem from.
 
@@ -318,21 +324,21 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
         point = _pyro_point(trace)
         params, draws, pyro_logq = point.params, point.draws, point.logp
         init = {**(start or {}), **params}
-        numpyro_params, numpyro_draws, numpyro_logq = _numpyro_guide_density(
+        numpyro_constraints, numpyro_draws, numpyro_logq = _numpyro_guide_density(
             spec, guide, data, config, init, {**params, **draws, **point.indices}, temperature
         )
         where = f"{spec.name}: guide {guide!r}"
-        if set(params) != set(numpyro_params):
+        if set(params) != set(numpyro_constraints):
             raise AssertionError(
                 f"{where} has other parameters in the two twins: only in Pyro "
-                f"{sorted(set(params) - set(numpyro_params))}, only in NumPyro "
-                f"{sorted(set(numpyro_params) - set(params))}. Name each param site the same in "
-                "both twins: a fit's raw_params, init and saved fits hold them by name."
+                f"{sorted(set(params) - set(numpyro_constraints))}, only in NumPyro "
+                f"{sorted(set(numpyro_constraints) - set(params))}. Name each param site the "
+                "same in both twins: a fit's raw_params, init and saved fits hold them by name."
             )
         constrained_otherwise = [
-            f"{name!r} ({constraint} in Pyro, {numpyro_params[name]} in NumPyro)"
+            f"{name!r} ({constraint} in Pyro, {numpyro_constraints[name]} in NumPyro)"
             for name, constraint in sorted(_pyro_constraints(trace).items())
-            if constraint != numpyro_params[name]
+            if constraint != numpyro_constraints[name]
         ]
         if constrained_otherwise:
             raise AssertionError(
@@ -794,9 +800,7 @@ def _support(fn) -> str:
     without the wrappers that make a batch an event (``Real()`` for ``real_vector``); ``""``
     where it is unknown: not a constraint object, or one that depends on the distribution's
     arguments (``constraints.dependent``)."""
-    constraint = getattr(fn, "support", None)
-    while hasattr(constraint, "base_constraint"):
-        constraint = constraint.base_constraint
+    constraint = _unwrapped(getattr(fn, "support", None))
     if not hasattr(constraint, "check") or "Dependent" in type(constraint).__name__:
         return ""
     return repr(constraint)
