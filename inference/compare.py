@@ -437,7 +437,7 @@ def compare(
     runs = [(run, seed) for run in plan for seed in seeds]
     for number, ((alg, target, backend, guide, opts), seed) in enumerate(runs, 1):
         steps = num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
-        if alg.traits.estimate == "draws" and not isinstance(num_steps, dict):
+        if alg.traits.estimate == "draws":
             steps = None  # a sampler's length is its warm-up and draws
         label = f"{_run_name(alg, guide)} {backend} seed {seed} ({number}/{len(runs)})"
         with labelled_bar(label), warnings.catch_warnings(record=True) as said:
@@ -489,8 +489,9 @@ def _check_lists(**lists) -> None:
 def _check_sampler_lengths(algs, num_steps) -> None:
     """A sampler runs its warm-up and draws: a ``num_steps`` dict that names one is an error
     before any run, not after the runs before it."""
-    named = [a.name for a in algs if a.traits.estimate == "draws"]
-    named = [name for name in named if isinstance(num_steps, dict) and name in num_steps]
+    if not isinstance(num_steps, dict):
+        return
+    named = [a.name for a in algs if a.traits.estimate == "draws" and a.name in num_steps]
     if named:
         raise ValueError(
             f"num_steps names the sampler(s) {named}, whose length is their warm-up and draws: "
