@@ -8,6 +8,11 @@ fitted guide is the proposal: with ``z_{n,s} ~ q(z | x_n)`` and
 * ``log p(x_n)`` by ``logsumexp_s w_{n,s} - log S`` (Burda et al. 2016), a lower bound in
   expectation that tightens as ``S`` grows.
 
+A guide that SVI fits with its discrete latents summed out (``GuideKind.enumerated``) is scored
+the same way: ``log p(x_n, z_{n,s})`` then sums the model's discrete latents that the guide does
+not draw, as ``TraceEnum_ELBO`` does, so ``w`` is that ELBO's term (for the maximum-likelihood
+mixture, whose guide draws nothing, ``log p(x_n)`` itself).
+
 Data and particles are processed in chunks and the log-sum-exp is accumulated as it goes, so
 memory stays bounded for any ``S`` and ``N``.
 """
@@ -59,7 +64,7 @@ def _weight_function(spec, guide, back, config, device, dtype, config_key):
         if len(_WEIGHT_FUNCTIONS) > 16:
             _WEIGHT_FUNCTIONS.clear()
         _WEIGHT_FUNCTIONS[key] = back.log_importance_weights_fn(
-            model_and_guide, config, device, dtype
+            model_and_guide, config, device, dtype, spec.guide_kind(guide, back.NAME).enumerated
         )
     return _WEIGHT_FUNCTIONS[key]
 

@@ -54,7 +54,8 @@ class FitResult:
         ``step``, ``objective`` (nats, summed over data points) and ``time`` (seconds since the
         start of the loop) per step, keyed by name: ``res.history["objective"]`` is the
         objective at every step (``res.history[0]`` is a ``KeyError``). With validation data
-        also ``validation``, the held-out per-point ELBO at each evaluation.
+        also ``validation_step`` and ``validation``: the steps at which the held-out data were
+        scored, and their per-point ELBO there.
     converged : bool
         Whether the run stopped because it met its stopping rule with ``tol``
         (``inference.convergence``); a run that used all of its ``num_steps`` without meeting it
@@ -155,8 +156,9 @@ class FitResult:
         """The last objective, in nats (sum over points).
 
         The ELBO, or the log-likelihood for EM; NaN when the run took no step. It is what the
-        run ascended at its last step: CAVI's mean-field ELBO, of the returned parameters; for
-        a stochastic algorithm (SVI), that step's objective before its update, a Monte-Carlo
+        run ascended at its last step: CAVI's mean-field ELBO, of the returned parameters;
+        EM's log-likelihood, of the parameters before the last M-step; for a stochastic
+        algorithm (SVI), that step's objective before its update, a Monte-Carlo
         estimate unless the guide draws nothing at random, and not a score of the returned
         parameters (SVI in stages returns the average of its last stage's iterates).
         :func:`inference.compare` scores every run afresh on one objective.

@@ -104,6 +104,22 @@ def test_same_weights_same_evaluation_on_both_backends(digits, pyro_fit):
     assert iw_p.mean() > elbo_p.mean()
 
 
+def test_an_edit_of_the_fitted_weights_in_place_is_scored(digits, pyro_fit):
+    """Both backends score the parameters as they are when asked, not as they were at an
+    earlier call (Pyro kept the networks it had built from the same dict, whatever its
+    entries had become)."""
+    x = digits[:5]
+    for fit in (pyro_fit, dataclasses.replace(pyro_fit, backend="numpyro")):
+        fit = dataclasses.replace(fit, raw_params={k: v.copy() for k, v in fit.raw_params.items()})
+        before = fit.elbo(x, num_samples=4)
+        for name, value in fit.raw_params.items():
+            fit.raw_params[name] = np.zeros_like(value)
+        edited = fit.elbo(x, num_samples=4)
+        zeroed = dataclasses.replace(fit, raw_params=dict(fit.raw_params)).elbo(x, num_samples=4)
+        assert not np.allclose(before, zeroed)
+        np.testing.assert_array_equal(edited, zeroed)
+
+
 def test_importance_weighted_estimate_is_chunked_and_reproducible(digits, pyro_fit, monkeypatch):
     from inference import evaluation
 

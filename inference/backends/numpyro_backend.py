@@ -662,24 +662,36 @@ def as_params(params: dict, device, dtype: str) -> dict:
     }
 
 
-def log_importance_weights_fn(model_and_guide, config, device, dtype: str):
+def log_importance_weights_fn(model_and_guide, config, device, dtype: str, enumerated=False):
     """A compiled ``(data, params, seed, num_particles) -> (num_particles, N)`` function of
     ``log p(x_n, z_n) - log q(z_n | x_n)`` with ``z_n ~ q`` (particles by ``vmap``), computed
-    in ``dtype`` (:func:`traced_in_precision`).
+    in ``dtype`` (:func:`traced_in_precision`). ``enumerated``: the model's discrete latents
+    that the guide does not draw are summed out of ``log p`` (as ``TraceEnum_ELBO`` sums them),
+    rather than drawn from the model.
 
     ``model_and_guide(params)`` builds the pair from named parameter arrays (``as_params``); the
     arrays are arguments of the compiled function, so new parameters do not recompile it.
     """
     from numpyro import handlers
 
+    def log_joint(model, key, guide_trace, data):
+        model = handlers.replay(handlers.seed(model, key), guide_trace)
+        if not enumerated:
+            return data_plate_log_prob(handlers.trace(model).get_trace(data, config).values())
+        from numpyro.contrib.funsor import config_enumerate, enum, plate_to_enum_plate
+
+        with plate_to_enum_plate(), enum(first_available_dim=-2):  # left of the data plate
+            sites = handlers.trace(config_enumerate(model)).get_trace(data, config).values()
+            joint = data_plate_log_prob(sites)
+        # log-sum-exp over the enumerated values' dimensions
+        return jax.nn.logsumexp(joint.reshape(-1, joint.shape[-1]), axis=0)
+
     def one(key, data, params):
         model, guide = model_and_guide(params)
         guide_key, model_key = jax.random.split(key)
         guide_trace = handlers.trace(handlers.seed(guide, guide_key)).get_trace(data, config)
-        model_trace = handlers.trace(
-            handlers.replay(handlers.seed(model, model_key), guide_trace)
-        ).get_trace(data, config)
-        return data_plate_log_prob(model_trace.values()) - data_plate_log_prob(guide_trace.values())
+        joint = log_joint(model, model_key, guide_trace, data)
+        return joint - data_plate_log_prob(guide_trace.values())
 
     def weights(data, params, key, num_particles):
         keys = jax.random.split(key, num_particles)

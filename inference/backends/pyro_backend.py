@@ -524,15 +524,20 @@ def _tensors(tree):
 
 
 def as_params(params: dict, device, dtype: str) -> dict:
-    """Named parameter arrays as the twins' ``init`` takes them (numpy; placed when built)."""
-    return params
+    """Named parameter arrays as the twins' ``init`` takes them (numpy; placed when built).
+
+    A new dict each call: the weight function builds its networks once per dict it is given,
+    so the values scored are the parameters' values now, even after an edit in place."""
+    return dict(params)
 
 
-def log_importance_weights_fn(model_and_guide, config, device, dtype: str):
+def log_importance_weights_fn(model_and_guide, config, device, dtype: str, enumerated=False):
     """A ``(data, params, seed, num_particles) -> (num_particles, N)`` function of
     ``log p(x_n, z_n) - log q(z_n | x_n)`` with ``z_n ~ q``, numpy; ``model_and_guide(params)``
     builds the pair from named parameter arrays. torch computes in the dtype of the parameters
-    and data it is given, which is ``dtype``.
+    and data it is given, which is ``dtype``. ``enumerated``: the model's discrete latents that
+    the guide does not draw are summed out of ``log p`` (as ``TraceEnum_ELBO`` sums them),
+    rather than drawn from the model.
 
     Particles are vectorised by a plate left of the model's ``data`` plate; parameters live in a
     scratch parameter store, so the user's store is left as it was.
@@ -541,7 +546,10 @@ def log_importance_weights_fn(model_and_guide, config, device, dtype: str):
 
     def run(data, params, seed: int, num_particles: int) -> np.ndarray:
         if built.get("params") is not params:  # networks are built once per parameter set
-            built["params"], built["pair"] = params, model_and_guide(params)
+            model, guide = model_and_guide(params)
+            if enumerated:  # left of the particles' plate (-2) and the data plate (-1)
+                model = poutine.enum(config_enumerate(model), first_available_dim=-3)
+            built["params"], built["pair"] = params, (model, guide)
         model, guide = built["pair"]
         with (
             torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
@@ -554,9 +562,10 @@ def log_importance_weights_fn(model_and_guide, config, device, dtype: str):
                 model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
                     data, config
                 )
-            total = data_plate_log_prob(model_trace.nodes.values()) - data_plate_log_prob(
-                guide_trace.nodes.values()
-            )
+            log_joint = data_plate_log_prob(model_trace.nodes.values())
+            if enumerated:  # log-sum-exp over the enumerated values' dimensions
+                log_joint = log_joint.reshape(-1, *log_joint.shape[-2:]).logsumexp(0)
+            total = log_joint - data_plate_log_prob(guide_trace.nodes.values())
         return to_numpy(total.expand(num_particles, -1))
 
     return run
