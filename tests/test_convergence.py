@@ -57,12 +57,11 @@ def test_a_run_cut_short_warns_and_is_not_converged(blobs, algorithm, backend):
 
 
 def test_the_warning_can_be_silenced(blobs):
+    # Pyro's: the warning is the layer's, and NumPyro's SVI of this model compiles for 20 s.
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any warning would fail the fit
         warnings.simplefilter("ignore", inference.ConvergenceWarning)
-        res = inference.fit(
-            "bayesian_gmm", blobs, "svi", "numpyro", K=2, num_steps=3, progress=False
-        )
+        res = inference.fit("bayesian_gmm", blobs, "svi", "pyro", K=2, num_steps=3, progress=False)
     assert not res.converged
 
 
@@ -94,7 +93,8 @@ def test_compare_shows_the_converged_flag(blobs):
     assert "| False |" in table.to_markdown()
 
 
-@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+# NumPyro's case trains 150 steps after a compilation; the default rate is the layer's choice.
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_the_vae_at_its_defaults_does_not_diverge(backend):
     """At the generic rate of 0.05 the default networks reach NaN (Pyro, step 111) or an ELBO
     of hundreds of nats per image (NumPyro) within 150 steps; at the model's own default (1e-3)

@@ -71,7 +71,8 @@ def test_a_nan_in_a_streamed_minibatch_names_its_row_in_the_stream(backend):
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+# NumPyro's case mostly compiles; the minibatch check is the layer's, before either backend.
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_a_label_out_of_range_in_a_later_minibatch_names_field_row_and_range(backend, tmp_path):
     data = BAM.make_data(np.random.default_rng(0), 40)
     row = _row_of_step(2)
