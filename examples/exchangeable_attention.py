@@ -28,7 +28,9 @@ between consecutive lengths. With a discrete latent the posterior concentrates e
 ``N`` (at the Chernoff rate of the closest pair of components), so those local slopes steepen:
 one fitted log-log slope summarises the range, it is not a power law. The ideal parameters (and an
 ELBO fit that has converged) sit at float64 rounding, relative to the mass P puts on the wrong
-components, which is why even their error falls with ``N``.
+components, which is why even their error falls with ``N``. The fixed readout is exact at its own
+length, to rounding far below its error elsewhere: its slopes leave that point out (``n/a``, or
+``null`` in the JSON, where fewer than two points are left).
 
 Commands::
 
@@ -54,22 +56,35 @@ from zoo.files import write_text
 OBJECTIVES = ("elbo", "supervised", "masked")
 
 
-def loglog_slope(lengths, errors) -> float:
-    """Least-squares slope of log(error) against log(N) over the positive errors (NaN if < 2)."""
+def _fitted(lengths, errors, exact_at):
+    """``log N``, ``log error`` and which points a slope may use: a positive error at a length
+    not in ``exact_at``. At a length where q is exact by construction (a readout fixed there) the
+    error is float64 rounding, orders of magnitude below its neighbours, and would decide the fit.
+    """
     lengths, errors = np.asarray(lengths, float), np.asarray(errors, float)
-    keep = errors > 0
+    keep = (errors > 0) & ~np.isin(lengths, np.asarray(exact_at, float))
+    return np.log(lengths), np.log(np.where(keep, errors, 1.0)), keep
+
+
+def loglog_slope(lengths, errors, exact_at=()) -> float | None:
+    """Least-squares slope of log(error) against log(N) over the points :func:`_fitted` keeps;
+    ``None`` if fewer than two are left."""
+    log_n, log_e, keep = _fitted(lengths, errors, exact_at)
     if keep.sum() < 2:
-        return float("nan")
-    return float(np.polyfit(np.log(lengths[keep]), np.log(errors[keep]), 1)[0])
+        return None
+    return float(np.polyfit(log_n[keep], log_e[keep], 1)[0])
 
 
-def local_slopes(lengths, errors) -> list[float]:
-    """The log-log slope between consecutive lengths (NaN where an error is not positive): a
-    power law keeps it constant; an exponential decay in N steepens it."""
-    lengths, errors = np.log(np.asarray(lengths, float)), np.asarray(errors, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.where(errors > 0, np.log(np.where(errors > 0, errors, 1.0)), np.nan)
-    return (np.diff(logs) / np.diff(lengths)).tolist()
+def local_slopes(lengths, errors, exact_at=()) -> list[float | None]:
+    """The log-log slope between consecutive lengths (``None`` where :func:`_fitted` leaves a
+    point out): a power law keeps it constant; an exponential decay in N steepens it."""
+    log_n, log_e, keep = _fitted(lengths, errors, exact_at)
+    slopes = np.diff(log_e) / np.diff(log_n)
+    return [float(v) if k else None for v, k in zip(slopes, keep[1:] & keep[:-1], strict=True)]
+
+
+def slope_text(slope, digits: int = 2) -> str:
+    return "n/a" if slope is None else f"{slope:.{digits}f}"
 
 
 def train(objective, train_data, args):
@@ -113,7 +128,7 @@ def markdown_table(lengths, rows) -> str:
     for i, n in enumerate(lengths):
         cells = [f"{rows[name]['tv'][i]:.3g}" for name in names]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    slopes = [f"{rows[name]['slope']:.2f}" for name in names]
+    slopes = [slope_text(rows[name]["slope"]) for name in names]
     lines.append("| log-log slope | " + " | ".join(slopes) + " |")
     return "\n".join(lines) + "\n"
 
@@ -128,7 +143,12 @@ def plot(lengths, rows, path):
     for name, row in rows.items():
         tv = np.asarray(row["tv"], float)
         keep = tv > 0
-        ax.loglog(np.asarray(lengths)[keep], tv[keep], "o-", label=f"{name} ({row['slope']:.1f})")
+        ax.loglog(
+            np.asarray(lengths)[keep],
+            tv[keep],
+            "o-",
+            label=f"{name} ({slope_text(row['slope'], 1)})",
+        )
     ax.set_xlabel("tokens per sequence N")
     ax.set_ylabel("mean TV(P(z | X), q(z | X))")
     ax.set_title("attention posterior vs exact posterior (legend: log-log slope)")
@@ -186,11 +206,12 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
 
     fixed_length = max(1, args.max_train_length // 4)
+    fixed_name = f"ideal, readout at N={fixed_length}"
     evaluate = dict(num_sequences=args.num_eval, seed=args.seed + 1)
     ideal = ex.ideal_params(config)
     rows = {
         "ideal": ex.posterior_error(ideal, config, args.lengths, **evaluate),
-        f"ideal, readout at N={fixed_length}": ex.posterior_error(
+        fixed_name: ex.posterior_error(
             ideal, config, args.lengths, readout_length=fixed_length, **evaluate
         ),
     }
@@ -215,9 +236,10 @@ def main(argv=None):
             f"max |N a_i - 1| = {training[objective]['attention_uniformity']:.2g}",
             flush=True,  # each objective's line as soon as it is trained, also through a pipe
         )
-    for row in rows.values():
-        row["slope"] = loglog_slope(args.lengths, row["tv"])
-        row["local_slopes"] = local_slopes(args.lengths, row["tv"])
+    for name, row in rows.items():
+        exact_at = [fixed_length] if name == fixed_name else []
+        row["slope"] = loglog_slope(args.lengths, row["tv"], exact_at)
+        row["local_slopes"] = local_slopes(args.lengths, row["tv"], exact_at)
 
     table = markdown_table(args.lengths, rows)
     write_text(os.path.join(args.out, "error_vs_length.md"), table)
@@ -238,9 +260,9 @@ def main(argv=None):
     print(f"\nmean TV(P(z | X), q(z | X)) over {args.num_eval} fresh sequences per N:\n")
     print(table)
     for name, row in rows.items():
-        local = ", ".join(f"{v:.2f}" for v in row["local_slopes"])
+        local = ", ".join(slope_text(v) for v in row["local_slopes"])
         print(
-            f"slope of log TV vs log N, {name}: {row['slope']:.2f}  "
+            f"slope of log TV vs log N, {name}: {slope_text(row['slope'])}  "
             f"(between successive lengths: {local})"
         )
     print(f"\nwrote {args.out}/error_vs_length.md, error_vs_length.png, results.json")

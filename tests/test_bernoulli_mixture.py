@@ -271,6 +271,29 @@ def test_completion_broadcasts_one_mask_and_checks_inputs(backend):
         bm.complete({**params, "probs": np.ones((5, 12))}, x, mask, backend=backend)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax", "jax out of 64-bit mode"])
+def test_float32_completion_takes_the_logs_before_the_cast(backend):
+    """A probability near 1 cast to float32 first would move log(1 - p) by 0.013."""
+    import contextlib
+
+    import jax
+
+    scope = jax.enable_x64(False) if backend.endswith("mode") else contextlib.nullcontext()
+    params = {"weights": np.array([0.5, 0.5]), "probs": np.array([[1 - 1e-6, 0.5], [0.5, 0.5]])}
+    x, mask = np.zeros((1, 2)), np.array([True, False])
+    with scope:
+        name = backend.split()[0]
+        _, keys, bias, values = bm.attention_inputs(params, x, mask, name, dtype="float32")
+        lp = bm.log_prob_observed(params, x, mask, backend=name, dtype="float32")
+        assert _np(keys).dtype == _np(lp).dtype == np.float32
+    ref_keys = np.concatenate([np.log(params["probs"]), np.log1p(-params["probs"])], axis=1)
+    np.testing.assert_allclose(_np(keys), ref_keys, rtol=1e-7)
+    np.testing.assert_allclose(_np(bias), np.log(params["weights"]), rtol=1e-7)
+    np.testing.assert_array_equal(_np(values), params["probs"].astype(np.float32))
+    np.testing.assert_allclose(_np(lp), np.log(0.5 * 1e-6 + 0.25), rtol=1e-6)
+    assert abs(_np(keys)[0, 2] - np.log(1e-6)) < 1e-5  # cast first: -13.8023 for -13.8155
+
+
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
 def test_h_mixtures_over_h_pixel_groups_are_multi_head_attention(backend):
     rng = np.random.default_rng(5)

@@ -3,6 +3,7 @@ twins' log-joints for every objective, fits through inference.fit, error against
 the example. Tiny sizes keep it fast; Pyro fits (no compiling) where a backend is not the point."""
 
 import dataclasses
+import json
 import warnings
 
 import numpy as np
@@ -76,6 +77,16 @@ def test_distances_are_accurate_for_nearly_one_hot_posteriors():
     assert ex.kl_divergence(ex.posterior._log_softmax(log_p), ex.posterior._log_softmax(log_q)) > 0
     with pytest.raises(ValueError, match="same shape"):
         ex.total_variation(np.ones((2, 3)) / 3, np.ones((3, 3)) / 3)
+
+
+def test_kl_divergence_counts_nothing_where_p_has_no_mass():
+    with np.errstate(divide="ignore"):
+        log_p, log_q = np.log([0.5, 0.5, 0.0]), np.log([0.25, 0.75, 0.0])
+    assert ex.kl_divergence(log_p, log_p) == 0.0  # 0 log 0 = 0, not 0 * NaN
+    with np.errstate(all="raise"):  # and no invalid operation on the way
+        kl = ex.kl_divergence(log_p, log_q)
+        assert np.isclose(kl, 0.5 * np.log(2) + 0.5 * np.log(0.5 / 0.75), rtol=1e-15)
+        assert ex.kl_divergence(log_p, log_q[::-1]) == np.inf  # q puts no mass where p does
 
 
 def _torch_net(config, params):
@@ -364,7 +375,7 @@ def test_evaluation_and_saved_fit(tmp_path, trained):
         np.testing.assert_array_equal(loaded.raw_params[k], v)
 
 
-def test_example_quick(tmp_path, capsys):
+def _example():
     import importlib.util
     import pathlib
 
@@ -372,7 +383,27 @@ def test_example_quick(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("exchangeable_attention", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    results = example.main(["--quick", "--out", str(tmp_path)])
+    return example
+
+
+def test_example_slopes_leave_out_the_point_where_the_readout_is_exact():
+    example = _example()
+    lengths = [4, 8, 16, 32, 64, 128, 256, 512]
+    tv = [0.28, 0.134, 5.04e-17, 0.0742, 0.0729, 0.0538, 0.0451, 0.0404]  # readout fixed at 16
+    others = [i for i, n in enumerate(lengths) if n != 16]
+    expected = np.polyfit(np.log(lengths)[others], np.log(tv)[others], 1)[0]
+    slope = example.loglog_slope(lengths, tv, exact_at=[16])
+    assert np.isclose(slope, expected, rtol=1e-12) and -0.4 < slope < -0.3  # with it: +1.46
+    local = example.local_slopes(lengths, tv, exact_at=[16])
+    assert local[1] is None and local[2] is None and np.isclose(local[0], np.log2(0.134 / 0.28))
+    assert example.loglog_slope([16, 32], [5e-17, 0.07], exact_at=[16]) is None
+    assert np.isclose(example.loglog_slope([4, 8], [0.2, 0.1]), -1.0)  # nothing left out
+    rows = {"a": {"tv": [0.2, 5e-17], "slope": None}, "b": {"tv": [0.2, 0.1], "slope": -1.0}}
+    assert example.markdown_table([16, 32], rows).endswith("| log-log slope | n/a | -1.00 |\n")
+
+
+def test_example_quick(tmp_path, capsys):
+    results = _example().main(["--quick", "--out", str(tmp_path)])
     for name in ("error_vs_length.md", "error_vs_length.png", "results.json"):
         assert (tmp_path / name).stat().st_size > 0
     rows = results["rows"]
@@ -380,4 +411,9 @@ def test_example_quick(tmp_path, capsys):
     for objective in ex.OBJECTIVES:
         tv = rows[f"trained: {objective}"]["tv"]
         assert np.all(np.isfinite(tv)) and tv[-1] < tv[0], (objective, tv)
+    fixed = rows["ideal, readout at N=4"]  # lengths 4, 16, 64: exact at 4, fitted over 16 and 64
+    assert fixed["tv"][0] < 1e-12
+    assert np.isclose(fixed["slope"], np.log(fixed["tv"][2] / fixed["tv"][1]) / np.log(4))
+    assert fixed["local_slopes"][0] is None
+    json.dumps(results, allow_nan=False)  # slopes left undefined are null, not NaN
     assert "slope of log TV vs log N, trained: elbo" in capsys.readouterr().out

@@ -94,6 +94,26 @@ class _Namespace:
             return self.torch.as_tensor(for_torch(value), dtype=dtype, device=device)
         return self.xp.asarray(value, dtype=dtype)
 
+    def wide(self, value, like=None):
+        """``value`` as a float64 array: of the backend where it holds float64 (on ``like``'s
+        device), else of numpy (JAX out of 64-bit mode; an array JAX already holds stays as it
+        is, in the working dtype)."""
+        if self.name == "torch":
+            return self.asarray(value, dtype=self.torch.float64, like=like)
+        if self.name == "jax":
+            import jax
+
+            if jax.dtypes.canonicalize_dtype(np.float64) == np.float64:
+                return self.xp.asarray(value, dtype=np.float64)
+            if isinstance(value, jax.Array):  # traced under jax.jit, or float32 at most anyway
+                return self.xp.asarray(value, dtype=self.dtype)
+            return np.asarray(value, dtype=np.float64)
+        return np.asarray(value, dtype=np.promote_types(np.float64, self.dtype))
+
+    def module_of(self, a):
+        """The array module of ``a``: numpy for the arrays :meth:`wide` leaves to numpy."""
+        return np if isinstance(a, np.ndarray) else self.xp
+
     def bool_array(self, value, like=None):
         """``value`` as an array of its own dtype (checked to be boolean by the caller)."""
         if self.name == "torch":
@@ -139,7 +159,9 @@ def _mixture(params, ns, like=None):
             + (f" with keys {sorted(params)}" if hasattr(params, "keys") else "")
             + "."
         ) from None
-    w, p = ns.asarray(w, like=like), ns.asarray(p, like=like)
+    # The logs are taken in float64 and then cast: a float32 cast of the probabilities first
+    # rounds 1 - 1e-6 to 1 - 1.013e-6, and log(1 - p) is then off by 0.013.
+    w, p = ns.wide(w, like=like), ns.wide(p, like=like)
     if w.ndim != 1 or p.ndim != 2 or p.shape[0] != w.shape[0]:
         raise ValueError(
             f"expected weights of shape (K,) and probs of shape (K, D); got weights "
@@ -150,7 +172,10 @@ def _mixture(params, ns, like=None):
             "expected probs strictly inside (0, 1) and weights that are non-negative and sum to "
             "1 (a MAP fit keeps them so); got probs on the boundary or other weights."
         )
-    return ns.xp.log(w), ns.xp.log(p), ns.xp.log1p(-p), p
+    xp = ns.module_of(p)
+    with np.errstate(divide="ignore"):  # a component of weight 0: log 0 = -inf, as intended
+        logs = xp.log(w), xp.log(p), xp.log1p(-p)
+    return tuple(ns.asarray(a, like=like) for a in (*logs, p))
 
 
 def _query(x, observed_mask, dim, ns, require_all_binary):

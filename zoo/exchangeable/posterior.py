@@ -287,9 +287,15 @@ def total_variation(p, q) -> np.ndarray:
 
 
 def kl_divergence(log_p, log_q) -> np.ndarray:
-    """``KL(p || q) = sum_k p_k (log p_k - log q_k)`` from log-probabilities (last axis)."""
+    """``KL(p || q) = sum_k p_k (log p_k - log q_k)`` from log-probabilities (last axis).
+
+    A component that ``p`` gives no mass adds nothing (``0 log 0 = 0``), whatever ``q`` gives it.
+    """
     log_p, log_q = _check_pair(log_p, log_q, "kl_divergence")
-    return np.maximum((np.exp(log_p) * (log_p - log_q)).sum(-1), 0.0)
+    # Off p's support, 0 * (-inf - log q) would be NaN: both logs are replaced by 0 there.
+    support = ~np.isneginf(log_p)
+    diff = np.where(support, log_p, 0.0) - np.where(support, log_q, 0.0)
+    return np.maximum((np.exp(log_p) * diff).sum(-1), 0.0)
 
 
 def posterior_error(
