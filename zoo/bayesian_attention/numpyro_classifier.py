@@ -9,6 +9,7 @@ parameter names (``net.embed.weight``, ..., ``net.blocks.0.attn.q.weight``, ...)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import equinox as eqx
 import jax
@@ -307,7 +308,8 @@ def posterior(config, logits, mask):
 
 
 def _normalize(s, mask):
-    log_s = jnp.log(s)
+    # A prior draw may have underflowed to 0; its log must stay finite, as for the guide's.
+    log_s = jnp.log(jnp.maximum(s, jnp.finfo(s.dtype).tiny))
     if mask is not None:
         log_s = jnp.where(mask, log_s, -jnp.inf)
     return jax.nn.softmax(log_s, axis=-1)
@@ -390,9 +392,19 @@ def make_guide(name, config, init=None):
 _PREDICT_FUNCTIONS: dict = {}
 
 
+def _predict_key(config, method, num_samples):
+    """The cache key of ``_predict_function``: the config without its mask, and the mask's exact
+    shape, dtype and bytes (an array's repr elides all but its corners once it is large)."""
+    mask = config.attention_mask
+    if mask is not None:
+        mask = np.asarray(mask)
+        mask = (mask.shape, mask.dtype.str, mask.tobytes())
+    return repr(dataclasses.replace(config, attention_mask=None)), mask, method, num_samples
+
+
 def _predict_function(config, method, num_samples):
     """A jitted ``(net, x, key) -> probs`` for one config (cached: compiled once)."""
-    cache_key = (repr(config), method, num_samples)
+    cache_key = _predict_key(config, method, num_samples)
     if cache_key in _PREDICT_FUNCTIONS:
         return _PREDICT_FUNCTIONS[cache_key]
     draws = method == "mc" and config.attention != "softmax"

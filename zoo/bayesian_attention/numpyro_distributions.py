@@ -15,7 +15,7 @@ import math
 import jax.numpy as jnp
 from jax import lax, random
 from jax.scipy.special import gammaln
-from numpyro.distributions import Distribution, Gamma, LogNormal, constraints
+from numpyro.distributions import Distribution, Gamma, LogNormal, MaskedDistribution, constraints
 from numpyro.distributions.kl import kl_divergence
 from numpyro.distributions.util import promote_shapes, validate_sample
 
@@ -53,6 +53,17 @@ def clamp_uniform(u):
     """Clamp uniform noise to ``[tiny, 1 - eps]`` of its dtype (``log(-log(1 - u))`` finite)."""
     finfo = jnp.finfo(jnp.result_type(u, float))
     return jnp.clip(u, finfo.tiny, 1.0 - finfo.eps)
+
+
+def _exp_draw(log_value):
+    """``exp(log_value)``, at least the smallest normal number of its dtype: a draw that
+    underflowed to 0 would put a log of -inf into the attention weights. Its log-density is
+    taken from ``log_value``, kept as the draw's intermediates (see :class:`_MaskedKeepingLog`)."""
+    tiny = jnp.finfo(log_value.dtype).tiny
+    value = jnp.exp(log_value)
+    # A select, not jnp.maximum: the gradient of a floored draw is then 0, where maximum's
+    # would multiply the (overflowing) gradient of a log of it by 0, giving NaN.
+    return jnp.where(value < tiny, tiny, value)
 
 
 def kl_weibull_gamma(concentration, log_scale, alpha, beta):
@@ -93,8 +104,10 @@ def kl_weibull_gamma(concentration, log_scale, alpha, beta):
     constant = (
         jnp.log(k) + gammaln(alpha) + alpha * (EULER_GAMMA / k - log_beta) - (EULER_GAMMA + 1)
     )
-    mean_factor = beta * jnp.exp(gammaln(1 + 1 / k))  # E[S] / lambda, times beta
-    return constant - alpha * log_scale + mean_factor * jnp.exp(log_scale)
+    # beta * E[S] in log space: for a small k, Gamma(1 + 1/k) overflows and lambda underflows
+    # (inf * 0; in float32 on CPU a lambda below the normal range is flushed to zero).
+    log_mean_factor = gammaln(1 + 1 / k) + log_beta
+    return constant - alpha * log_scale + jnp.exp(log_scale + log_mean_factor)
 
 
 def kl_lognormal_lognormal(loc_q, scale_q, loc_p, scale_p):
@@ -135,7 +148,9 @@ class LogScaleWeibull(Distribution):
 
     Density :math:`f(x) = \frac{k}{\lambda}(x/\lambda)^{k-1} e^{-(x/\lambda)^k}` on
     :math:`x > 0`, :math:`\lambda = e^{\text{log\_scale}}`, computed in log space. Draws are
-    :math:`\lambda(-\log(1 - u))^{1/k}`, differentiable in both parameters (``has_rsample``).
+    :math:`\lambda(-\log(1 - u))^{1/k}`, differentiable in both parameters (``has_rsample``),
+    and at least the dtype's smallest normal number; their logs are their intermediates, which
+    ``log_prob`` takes in place of the log of the value (exact where the draw underflows).
 
     Parameters
     ----------
@@ -195,17 +210,26 @@ class LogScaleWeibull(Distribution):
         r"""The Weibull scale :math:`\lambda = e^{\text{log\_scale}}`."""
         return jnp.exp(self.log_scale)
 
-    def sample(self, key, sample_shape=()):
-        """Reparameterised draws, shape ``sample_shape + batch_shape``."""
+    def sample_with_intermediates(self, key, sample_shape=()):
+        """Reparameterised draws, shape ``sample_shape + batch_shape``, and ``[their log]``."""
         shape = sample_shape + self.batch_shape
         dtype = jnp.result_type(self.log_scale, float)
         u = clamp_uniform(uniform_noise(key, shape, dtype))
-        return jnp.exp(self.log_scale + jnp.log(-jnp.log1p(-u)) / self.concentration)
+        log_value = self.log_scale + jnp.log(-jnp.log1p(-u)) / self.concentration
+        return _exp_draw(log_value), [log_value]
+
+    def sample(self, key, sample_shape=()):
+        """Reparameterised draws, shape ``sample_shape + batch_shape``."""
+        return self.sample_with_intermediates(key, sample_shape)[0]
+
+    def mask(self, mask):
+        return self if mask is True else _MaskedKeepingLog(self, mask)
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value, intermediates=None):
         k = self.concentration
-        z = jnp.log(value) - self.log_scale
+        log_value = jnp.log(value) if intermediates is None else intermediates[0]
+        z = log_value - self.log_scale
         return jnp.log(k) - self.log_scale + (k - 1) * z - jnp.exp(k * z)
 
     def cdf(self, value):
@@ -218,9 +242,11 @@ class LogScaleWeibull(Distribution):
     @property
     def variance(self):
         k = self.concentration
-        return jnp.exp(2 * self.log_scale) * (
-            jnp.exp(gammaln(1 + 2 / k)) - jnp.exp(2 * gammaln(1 + 1 / k))
-        )
+        log_mean_factor = gammaln(1 + 1 / k)
+        # mean^2 (Gamma(1 + 2/k) / Gamma(1 + 1/k)^2 - 1), the ratio in log space: for a small k
+        # each Gamma overflows, and the scale's square underflows, long before the variance does.
+        mean_squared = jnp.exp(2 * (self.log_scale + log_mean_factor))
+        return mean_squared * jnp.expm1(gammaln(1 + 2 / k) - 2 * log_mean_factor)
 
     def entropy(self):
         k = self.concentration
@@ -230,7 +256,9 @@ class LogScaleWeibull(Distribution):
 class LogNormalFlatNoise(LogNormal):
     r"""NumPyro's ``LogNormal(loc, scale)`` whose draws :math:`\exp(\text{loc} + \text{scale}
     \cdot \varepsilon)` take their noise from :func:`normal_noise` (fast to compile); the same
-    distribution, log-density and registered KL divergences.
+    distribution, log-density and registered KL divergences. Draws are at least the dtype's
+    smallest normal number; their logs are their intermediates, which ``log_prob`` takes in
+    place of the log of the value (exact where the draw underflows).
 
     Parameters
     ----------
@@ -263,14 +291,37 @@ class LogNormalFlatNoise(LogNormal):
     True
     """
 
-    def sample(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key, sample_shape=()):
         shape = sample_shape + self.batch_shape + self.event_shape
         base = self.base_dist
         dtype = jnp.result_type(base.loc, float)
-        return jnp.exp(base.loc + base.scale * normal_noise(key, shape, dtype))
+        log_value = base.loc + base.scale * normal_noise(key, shape, dtype)
+        return _exp_draw(log_value), [[log_value, None]]  # (the exp transform's input)
+
+    def sample(self, key, sample_shape=()):
+        return self.sample_with_intermediates(key, sample_shape)[0]
+
+    def mask(self, mask):
+        return self if mask is True else _MaskedKeepingLog(self, mask)
+
+
+class _MaskedKeepingLog(MaskedDistribution):
+    """NumPyro's ``MaskedDistribution``, passing on its base's intermediates: the logs of the
+    draws of :class:`LogScaleWeibull` and :class:`LogNormalFlatNoise` (whose ``mask`` makes one).
+
+    NumPyro's ELBOs score a guide's draw with its intermediates; NumPyro's own masked
+    distribution drops them, so the log-density of a draw that underflowed (floored at the
+    dtype's smallest normal number) would come from the floor: -inf, or a finite but huge
+    value, where the Pyro twin, which keeps each draw's log, has the exact one.
+    """
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return self.sample(key, sample_shape), []
+        return self.base_dist.sample_with_intermediates(key, sample_shape)
+
+    def log_prob(self, value, intermediates=None):
+        if not intermediates or self._mask is False:
+            return super().log_prob(value)
+        return jnp.where(self._mask, self.base_dist.log_prob(value, intermediates), 0.0)
 
 
 @kl_divergence.register(LogScaleWeibull, Gamma)

@@ -155,7 +155,7 @@ def kl_weibull_gamma(concentration, log_scale, alpha, beta) -> torch.Tensor:
         compact(torch.as_tensor(a, dtype=log_scale.dtype, device=log_scale.device))
         for a in (concentration, alpha, beta)
     )
-    # Grouped so that only three products touch the full shape of log_scale; the rest has the
+    # Grouped so that only a few operations touch the full shape of log_scale; the rest has the
     # (often much smaller) shapes of the parameters.
     log_beta = torch.log(beta)
     constant = (
@@ -164,8 +164,10 @@ def kl_weibull_gamma(concentration, log_scale, alpha, beta) -> torch.Tensor:
         + alpha * (EULER_GAMMA / k - log_beta)
         - (EULER_GAMMA + 1)
     )
-    mean_factor = beta * torch.exp(torch.lgamma(1 + 1 / k))  # E[S] / lambda, times beta
-    return constant - alpha * log_scale + mean_factor * torch.exp(log_scale)
+    # beta * E[S] in log space: for a small k, Gamma(1 + 1/k) overflows and lambda underflows
+    # (inf * 0) long before their product does.
+    log_mean_factor = torch.lgamma(1 + 1 / k) + log_beta
+    return constant - alpha * log_scale + torch.exp(log_scale + log_mean_factor)
 
 
 def kl_lognormal_lognormal(loc_q, scale_q, loc_p, scale_p) -> torch.Tensor:
@@ -209,7 +211,7 @@ class LogScaleWeibull(TorchDistribution):
 
     Density :math:`f(x) = \frac{k}{\lambda}(x/\lambda)^{k-1} e^{-(x/\lambda)^k}` on
     :math:`x > 0` with :math:`\lambda = e^{\text{log\_scale}}`, computed in log space. Draws are
-    :math:`x = \lambda (-\log(1 - u))^{1/k}` with :math:`u \sim U(0, 1)`, differentiable in
+    :math:`x = \lambda (-\log u)^{1/k}` with :math:`u \sim U(0, 1)`, differentiable in
     both parameters, so a guide can ``pyro.sample`` it under ``Trace_ELBO`` or, against a
     ``Gamma`` prior, ``TraceMeanField_ELBO`` (the KL is registered).
 
@@ -297,9 +299,11 @@ class LogScaleWeibull(TorchDistribution):
     @property
     def variance(self) -> torch.Tensor:
         k = self.concentration
-        return torch.exp(2 * self.log_scale) * (
-            torch.exp(torch.lgamma(1 + 2 / k)) - torch.exp(2 * torch.lgamma(1 + 1 / k))
-        )
+        log_mean_factor = torch.lgamma(1 + 1 / k)
+        # mean^2 (Gamma(1 + 2/k) / Gamma(1 + 1/k)^2 - 1), the ratio in log space: for a small k
+        # each Gamma overflows, and the scale's square underflows, long before the variance does.
+        mean_squared = torch.exp(2 * (self.log_scale + log_mean_factor))
+        return mean_squared * torch.expm1(torch.lgamma(1 + 2 / k) - 2 * log_mean_factor)
 
     def entropy(self) -> torch.Tensor:
         k = self.concentration
