@@ -749,8 +749,9 @@ def _plan(settings: _Settings, made: _Made, state, checkpointing, stopping) -> _
     record = checkpoint_header.options_record(alg, settings.options, state, problem)
     lead = state_fact(alg, state, "lead")
     header = checkpoint_header.header(
-        alg, state, problem, record, guide=guide, redrawn=made.redrawn
-    )
+        alg, state, problem, record, guide=guide, redrawn=made.redrawn,
+        checkpointed=checkpointing.path is not None,
+    )  # fmt: skip
     # What a non-finite objective, parameter or summary is told to try, the options given first.
     advice = nonfinite_advice(alg, settings.spec, settings.given)
     results = ResultMaker(alg, problem, guide, record, made.result_data, advice)

@@ -115,7 +115,10 @@ def is_out_of_core(data) -> bool:
     if isinstance(data, Mapping):
         return any(isinstance(v, np.memmap) for v in data.values())
     if isinstance(data, list | tuple):  # a list of minibatches (dicts or arrays), not of rows
-        return bool(data) and isinstance(data[0], Mapping | np.ndarray)
+        first = data[0] if data else None
+        return isinstance(first, Mapping | np.ndarray) or (
+            is_array_like(first) and getattr(first, "ndim", 0) >= 1  # torch or JAX arrays
+        )
     return (
         isinstance(data, Iterable) and not isinstance(data, str | bytes) and not is_array_like(data)
     )
@@ -128,8 +131,11 @@ def _advise(array, option: str) -> None:
 
 
 def release(array) -> None:
-    """Hand the pages of a memory-mapped array back to the kernel (no-op for other arrays)."""
-    _advise(array, "MADV_DONTNEED")
+    """Hand the pages of a memory-mapped array back to the kernel (no-op for other arrays, and
+    for a copy-on-write map: its pages may hold the caller's edits, which the kernel would drop
+    for the file's contents)."""
+    if getattr(array, "mode", None) != "c":
+        _advise(array, "MADV_DONTNEED")
 
 
 def _checked(spec, batch, step: int, row_ids, config=None) -> dict[str, np.ndarray]:
@@ -148,9 +154,12 @@ def _checked(spec, batch, step: int, row_ids, config=None) -> dict[str, np.ndarr
 
 def _file_rows(value):
     """(path, byte offset of row 0, row stride, bytes per row) of a memory-mapped array whose rows
-    are contiguous runs of a plain file, else None."""
+    are contiguous runs of a plain file, else None. A copy-on-write map (``mmap_mode="c"``) is
+    None: what it holds may differ from the file (its edits never reach it)."""
     mm, path = getattr(value, "_mmap", None), getattr(value, "filename", None)
     if mm is None or path is None or value.strides[0] <= 0 or value.dtype.hasobject:
+        return None
+    if getattr(value, "mode", None) == "c":
         return None
     row = value.dtype.itemsize * int(np.prod(value.shape[1:], dtype=np.int64))
     if value.ndim > 1 and not value[0].flags.c_contiguous:

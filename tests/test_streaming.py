@@ -165,6 +165,44 @@ def test_memmap_with_nan_rows(tmp_path, gmm_data):
         fit({"x": np.load(tmp_path / "bad.npy", mmap_mode="r")}, batch_size=B, num_steps=5)
 
 
+def test_a_copy_on_write_map_is_read_as_edited(tmp_path, gmm_data):
+    """A copy-on-write map's edits never reach its file: its rows are read through the map,
+    whose pages are kept (the fit took the file's rows, and handing the pages back to the
+    kernel dropped the caller's edits for good)."""
+    np.save(tmp_path / "x.npy", gmm_data)
+    edited = np.load(tmp_path / "x.npy", mmap_mode="c")
+    edited[:, 0] += 10.0
+    np.save(tmp_path / "edited.npy", np.asarray(edited))
+    as_edited = np.load(tmp_path / "edited.npy", mmap_mode="r")
+    a = fit({"x": edited}, "pyro", batch_size=B, num_steps=3, tol=0)
+    b = fit({"x": as_edited}, "pyro", batch_size=B, num_steps=3, tol=0)
+    np.testing.assert_array_equal(a.history["objective"], b.history["objective"])
+    np.testing.assert_array_equal(edited, as_edited)  # the edits are still there after the fit
+
+
+def test_a_list_of_tensors_is_a_list_of_minibatches(gmm_data):
+    import torch
+
+    batches = [gmm_data[i : i + B] for i in range(0, 2 * B, B)]
+    tensors = fit([torch.as_tensor(b) for b in batches], "pyro", num_data=N, num_steps=2, tol=0)
+    arrays = fit(batches, "pyro", num_data=N, num_steps=2, tol=0)
+    np.testing.assert_array_equal(tensors.history["objective"], arrays.history["objective"])
+
+
+def test_data_are_fingerprinted_for_a_checkpoint_only(tmp_path, mapped, monkeypatch):
+    """The fingerprint reads a memory-mapped file whole: a fit without a checkpoint, which has
+    no header to write it in, does not take it."""
+    from inference import streaming
+
+    calls = []
+    real = streaming.fingerprint
+    monkeypatch.setattr(streaming, "fingerprint", lambda source: calls.append(1) or real(source))
+    fit({"x": mapped}, "pyro", batch_size=B, num_steps=2, tol=0)
+    assert not calls
+    fit({"x": mapped}, "pyro", batch_size=B, num_steps=2, tol=0, checkpoint=tmp_path / "c.zoo")
+    assert calls
+
+
 def test_bad_streaming_input(mapped, gmm_data):
     with pytest.raises(TypeError, match="needs num_data="):
         fit(iter([gmm_data[:B]]), num_steps=1)

@@ -93,13 +93,19 @@ def validation_setup(held_out: dict, every: int, patience) -> dict:
     }
 
 
-def header(alg, state, problem, record: dict, *, guide, redrawn=(), validation=None) -> dict:
+def header(
+    alg, state, problem, record: dict, *, guide, redrawn=(), validation=None, checkpointed=True
+) -> dict:
     """The header of a checkpoint of a run of ``alg`` from ``state`` on ``problem``: what
     :func:`inference.loop.restore` compares on resume. ``record`` is
     :func:`options_record`'s; ``redrawn`` names the data keys the algorithm drew afresh from
     those given (dynamic binarization), which are fingerprinted as given; ``validation`` is
-    :func:`validation_setup`'s, or None for a run without validation data."""
-    if problem.source is not None:
+    :func:`validation_setup`'s, or None for a run without validation data. Without a checkpoint
+    (``checkpointed=False``) the data are not fingerprinted: that reads a memory-mapped file
+    whole, before the first step, for a header no file will hold."""
+    if not checkpointed:
+        data_fingerprint = None
+    elif problem.source is not None:
         data_fingerprint = streaming.fingerprint(problem.source)
     else:
         given = {k: np.asarray(problem.given[k]) for k in redrawn}
