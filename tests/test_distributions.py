@@ -524,3 +524,32 @@ def test_scaled_real_refuses_a_scale_that_is_not_positive_and_finite(scale):
         torch_distributions.scaled_real(torch.tensor(scale))
     with pytest.raises(ValueError, match=match):
         distributions.scaled_real(np.array(scale))
+
+
+def test_gumbel_softmax_kl_has_a_finite_gradient_where_q_has_no_mass():
+    """A category q gives no mass (log-probability -inf) adds nothing to KL(q || p), nor to its
+    gradient (the masked product's NaN reached the gradient, on both backends)."""
+    from zoo import distributions as zd
+    from zoo import torch_distributions as td
+
+    def jax_kl(log_probs):
+        q = zd.GumbelSoftmax(1.0, log_probs, validate_args=False)  # a defective q, as documented
+        return ndist.kl_divergence(q, zd.GumbelSoftmax(1.0, jnp.log(jnp.array([0.25, 0.25, 0.5]))))
+
+    with np.errstate(divide="ignore"):
+        log_q = np.log([0.5, 0.5, 0.0])
+    assert np.all(np.isfinite(jax.grad(jax_kl)(jnp.asarray(log_q))))
+    a = torch.tensor(log_q, requires_grad=True)
+    p = td.GumbelSoftmax(1.0, torch.tensor([0.25, 0.25, 0.5], dtype=torch.float64).log())
+    kl = torch.distributions.kl_divergence(td.GumbelSoftmax(1.0, a), p)
+    kl.backward()
+    assert torch.isfinite(a.grad).all()
+    np.testing.assert_allclose(float(kl), np.log(2.0), rtol=1e-12)  # 2 * 0.5 log(0.5 / 0.25)
+    np.testing.assert_allclose(float(jax_kl(jnp.asarray(log_q))), np.log(2.0), rtol=1e-12)
+
+
+def test_zoo_normal_takes_integer_parameters():
+    from zoo import distributions as zd
+
+    draw = zd.Normal(0, 1).sample(jax.random.PRNGKey(0), (4,))
+    assert jnp.issubdtype(draw.dtype, jnp.floating) and draw.shape == (4,)

@@ -373,8 +373,10 @@ class GumbelSoftmax(Distribution):
 def _kl_gumbel_softmax(q, p):
     """``sum_k q_k (log q_k - log p_k)``: the KL of the categoricals the two relax."""
     q_probs = jnp.exp(q.log_probs)
-    terms = jnp.where(q_probs > 0, q_probs * (q.log_probs - p.log_probs), 0.0)
-    return jnp.sum(terms, axis=-1)
+    # The difference is 0 where q has no mass before it meets q_k = 0: (-inf - log p) * 0 would
+    # be NaN, in the gradient too, however the product is masked afterwards.
+    diff = jnp.where(q_probs > 0, q.log_probs - p.log_probs, 0.0)
+    return jnp.sum(q_probs * diff, axis=-1)
 
 
 class ExpRelaxedCategorical(Distribution):
@@ -640,7 +642,9 @@ class Normal(_NumPyroNormal):
 
     def sample(self, key, sample_shape=()):
         shape = sample_shape + self.batch_shape + self.event_shape
-        eps = random.normal(key, shape=shape, dtype=jnp.result_type(self.loc, self.scale))
+        # At least a float: integer parameters draw in JAX's default float, as NumPyro's do.
+        dtype = jnp.result_type(self.loc, self.scale, float)
+        eps = random.normal(key, shape=shape, dtype=dtype)
         return self.loc + eps * self.scale
 
 

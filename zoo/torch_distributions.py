@@ -176,8 +176,9 @@ class PositiveDefiniteFromVector(Transform):
     site; torch registers none for ``positive_definite`` (its ``PositiveDefiniteTransform`` maps
     from all ``D x D`` matrices and ignores the upper triangle, leaving directions the density
     does not depend on), so importing this module registers this one with ``biject_to``. It is
-    the map NumPyro's ``biject_to(positive_definite)`` uses, so both backends sample the same
-    coordinates.
+    the map NumPyro's ``biject_to(positive_definite)`` uses, with its entries in another order
+    (NumPyro's vector holds the entries below the diagonal first, then the log-diagonal): the
+    same densities and Jacobians, but a vector of one backend is not the other's.
 
     Attributes
     ----------
@@ -613,8 +614,11 @@ class GumbelSoftmax(TorchDistribution):
 @register_kl(GumbelSoftmax, GumbelSoftmax)
 def _kl_gumbel_softmax(q, p):
     q_probs = q.log_probs.exp()
-    terms = q_probs * (q.log_probs - p.log_probs)
-    return torch.where(q_probs > 0, terms, torch.zeros_like(terms)).sum(-1)
+    # The difference is 0 where q has no mass before it meets q_k = 0: (-inf - log p) * 0 would
+    # be NaN, in the gradient too, however the product is masked afterwards.
+    diff = q.log_probs - p.log_probs
+    diff = torch.where(q_probs > 0, diff, torch.zeros_like(diff))
+    return (q_probs * diff).sum(-1)
 
 
 @register_kl(torch.distributions.Normal, StandardNormal)
