@@ -57,7 +57,9 @@ def test_same_seed_same_result(digits):
         np.testing.assert_array_equal(a.history["objective"], b.history["objective"])
 
 
-@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+# NumPyro's case compiles the VAE's SVI; its twin's plate scaling is also checked in the default
+# run on the attention classifier (tests/test_bayesian_attention_classifier.py).
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_data_plate_scales_a_minibatch_to_the_full_data(digits, backend):
     """log p(x_batch, z) with num_data=N is N/B times the unscaled one."""
     spec = zoo.get_model("vae")
