@@ -10,8 +10,8 @@ fitted guide is the proposal: with ``z_{n,s} ~ q(z | x_n)`` and
 
 A guide that SVI fits with its discrete latents summed out (``GuideKind.enumerated``) is scored
 the same way: ``log p(x_n, z_{n,s})`` then sums the model's discrete latents that the guide does
-not draw, as ``TraceEnum_ELBO`` does, so ``w`` is that ELBO's term (for the maximum-likelihood
-mixture, whose guide draws nothing, ``log p(x_n)`` itself).
+not draw, as ``TraceEnum_ELBO`` does, so ``w`` is that ELBO's term (for a model whose every
+latent is summed out, and whose guide draws nothing, ``log p(x_n)`` itself).
 
 Data and particles are processed in chunks and the log-sum-exp is accumulated as it goes, so
 memory stays bounded for any ``S`` and ``N``.

@@ -130,11 +130,16 @@ def _advise(array, option: str) -> None:
         mm.madvise(getattr(mmap, option))
 
 
+def _copy_on_write(array) -> bool:
+    """Whether ``array`` is a copy-on-write map (``mmap_mode="c"``): its pages may hold the
+    caller's edits, which never reach its file."""
+    return getattr(array, "mode", None) == "c"
+
+
 def release(array) -> None:
     """Hand the pages of a memory-mapped array back to the kernel (no-op for other arrays, and
-    for a copy-on-write map: its pages may hold the caller's edits, which the kernel would drop
-    for the file's contents)."""
-    if getattr(array, "mode", None) != "c":
+    for a copy-on-write map, whose edits the kernel would drop for the file's contents)."""
+    if not _copy_on_write(array):
         _advise(array, "MADV_DONTNEED")
 
 
@@ -154,12 +159,12 @@ def _checked(spec, batch, step: int, row_ids, config=None) -> dict[str, np.ndarr
 
 def _file_rows(value):
     """(path, byte offset of row 0, row stride, bytes per row) of a memory-mapped array whose rows
-    are contiguous runs of a plain file, else None. A copy-on-write map (``mmap_mode="c"``) is
-    None: what it holds may differ from the file (its edits never reach it)."""
+    are contiguous runs of a plain file, else None. A copy-on-write map is None: what it holds
+    may differ from the file."""
     mm, path = getattr(value, "_mmap", None), getattr(value, "filename", None)
     if mm is None or path is None or value.strides[0] <= 0 or value.dtype.hasobject:
         return None
-    if getattr(value, "mode", None) == "c":
+    if _copy_on_write(value):
         return None
     row = value.dtype.itemsize * int(np.prod(value.shape[1:], dtype=np.int64))
     if value.ndim > 1 and not value[0].flags.c_contiguous:
