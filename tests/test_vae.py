@@ -122,32 +122,6 @@ def test_an_edit_of_the_fitted_weights_in_place_is_scored(digits, pyro_fit):
         np.testing.assert_array_equal(edited, zeroed)
 
 
-def test_iwae_on_minibatches_is_not_the_bound_and_a_fit_says_so():
-    """Pyro's RenyiELBO scales each particle's log-weight by the data plate's scale inside the
-    log-mean-exp: at the same draws, its objective at scale 500 (divided by 500) is not the
-    objective at scale 1, the k-sample bound, but above it (it tends to the best particle's
-    ELBO). Were the scale applied outside, the two would be equal. A fit warns."""
-    import pyro
-    import torch
-
-    from zoo.vae import prepare, pyro_model
-
-    data = zoo.get_model("vae").make_data(np.random.default_rng(0), 10)
-    config = prepare(data, **SMALL)
-    model, guide = pyro_model.make_model(config), pyro_model.make_guide("amortized", config)
-    x = {"x": torch.as_tensor(data["x"])}
-    elbo = pyro.infer.RenyiELBO(alpha=0, num_particles=5, vectorize_particles=True)
-    with pyro.get_param_store().scope():
-        objectives = {}
-        for num_data in (None, 5000):  # scales 1 and 500
-            torch.manual_seed(1)
-            objectives[num_data] = -elbo.loss(model, guide, x, config, num_data=num_data)
-    assert objectives[5000] / 500 > objectives[None] + 1.0  # nats, over 10 rows
-    with pytest.warns(UserWarning, match="elbo='iwae' on minibatches does not train"):
-        inference.fit("vae", data, "svi", "pyro", elbo="iwae", num_particles=2, batch_size=5,
-                      num_steps=1, tol=0, progress=False, **SMALL)  # fmt: skip
-
-
 def test_importance_weighted_estimate_is_chunked_and_reproducible(digits, pyro_fit, monkeypatch):
     from inference import evaluation
 

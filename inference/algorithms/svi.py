@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -52,20 +51,9 @@ from zoo.options import did_you_mean
 #: The objectives SVI maximises (``elbo=``). ``"trace"``: the Monte-Carlo ELBO; ``"meanfield"``:
 #: the ELBO with analytic KL terms where the guide and prior admit one; ``"iwae"``: the
 #: importance-weighted bound of Burda et al. (2016) with ``num_particles`` samples (Renyi's bound at
-#: alpha = 0). Enumerated guides always use ``TraceEnum_ELBO``.
+#: alpha = 0), each row's on minibatches of a model whose latents are all in the data plate.
+#: Enumerated guides always use ``TraceEnum_ELBO``.
 ELBOS = ("trace", "meanfield", "iwae")
-
-#: What a fit with ``elbo="iwae"`` on minibatches is told. Pyro's and NumPyro's ``RenyiELBO``
-#: scale each particle's log-weight by the data plate's ``num_data / rows`` before the
-#: log-mean-exp over particles, rather than scaling the log-mean-exp: the objective then tends to
-#: the best particle's ELBO as the scale grows, not to the k-sample bound.
-IWAE_ON_MINIBATCHES = (
-    "elbo='iwae' on minibatches does not train the importance-weighted bound: the importance "
-    "estimators of Pyro and NumPyro (RenyiELBO) scale each particle's log-weight by num_data / "
-    "rows inside the log-mean-exp over particles, so the objective tends to the best "
-    "particle's ELBO as that scale grows. Fit on the whole data (no batch_size), or use "
-    "elbo='trace'."
-)
 
 #: Adam's learning rate where neither the caller nor the model names one: stages that decay
 #: 0.05 -> 0.01 -> 0.002 -> 0.0005. A constant rate leaves the iterates jittering at a noise floor
@@ -111,8 +99,11 @@ class SVIOptions:
     elbo : {"trace", "meanfield", "iwae"}
         The objective, one of ``ELBOS``: ``"trace"``, the Monte-Carlo ELBO; ``"meanfield"``,
         the ELBO with analytic KL terms where the guide and prior admit one; ``"iwae"``, the
-        importance-weighted bound of Burda et al. (2016) with ``num_particles >= 2`` samples.
-        Enumerated guides always use ``TraceEnum_ELBO``.
+        importance-weighted bound of Burda et al. (2016) with ``num_particles >= 2`` samples
+        of a reparameterised guide: on minibatches, the sum of the rows' bounds times
+        ``num_data / batch_size`` where every latent is in the data plate (with global latents
+        the bound does not split into rows, and a fit on minibatches warns that it does not
+        train it). Enumerated guides always use ``TraceEnum_ELBO``.
     dynamic_binarization : bool
         The model's binary data keys hold grey levels in [0, 1], and every epoch trains on a
         fresh Bernoulli draw of each (drawn from the seed and the epoch, so a resumed run sees
@@ -414,8 +405,6 @@ class SVI(Algorithm):
             if source is None and batch_size is not None:
                 batches = EpochBatches(problem.num_data, batch_size, problem.seed)
             bound_num_data = problem.num_data
-            if options.elbo == "iwae":
-                warnings.warn(IWAE_ON_MINIBATCHES, UserWarning, stacklevel=4)
             model = functools.partial(model, num_data=bound_num_data)
             guide_fn = functools.partial(guide_fn, num_data=bound_num_data)
         batch_rows = batches.batch_size if batches is not None else None

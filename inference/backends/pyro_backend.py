@@ -13,7 +13,6 @@ import torch
 from pyro import poutine
 from pyro.infer import (
     JitTraceEnum_ELBO,
-    RenyiELBO,
     Trace_ELBO,
     TraceEnum_ELBO,
     config_enumerate,
@@ -22,6 +21,7 @@ from torch.distributions import transform_to
 
 from inference import learning_rate
 from inference.backends.cuda_graph import GraphedUpdate
+from inference.backends.pyro_importance import ImportanceWeightedELBO, importance_traces
 from inference.backends.pyro_meanfield import JitMeanFieldELBO, MeanFieldELBO
 from inference.backends.pyro_trace_elbo import JitTraceELBO
 from inference.backends.pyro_traced import TracedGraphs
@@ -101,7 +101,7 @@ ELBOS = {
     "trace": Trace_ELBO,
     "enum": TraceEnum_ELBO,
     "meanfield": MeanFieldELBO,  # TraceMeanField_ELBO minus the log-densities it does not use
-    "iwae": RenyiELBO,
+    "iwae": ImportanceWeightedELBO,  # Renyi's bound at alpha = 0, taken row by row
 }
 
 
@@ -125,8 +125,6 @@ def make_elbo(name: str, num_particles: int, jit: bool = False):
         options["ignore_jit_warnings"] = True
     if name == "enum":
         return table[name](max_plate_nesting=1, **options)
-    if name == "iwae":  # the importance-weighted bound is Renyi's at alpha = 0
-        return RenyiELBO(alpha=0, num_particles=num_particles, vectorize_particles=True)
     return table[name](**options)
 
 
@@ -557,11 +555,7 @@ def log_importance_weights_fn(model_and_guide, config, device, dtype: str, enume
             pyro.get_param_store().scope(),
         ):
             torch.manual_seed(seed)
-            with pyro.plate("particles", num_particles, dim=-2):
-                guide_trace = poutine.trace(guide).get_trace(data, config)
-                model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
-                    data, config
-                )
+            model_trace, guide_trace = importance_traces(model, guide, num_particles, data, config)
             log_joint = data_plate_log_prob(model_trace.nodes.values())
             if enumerated:  # log-sum-exp over the enumerated values' dimensions
                 log_joint = log_joint.reshape(-1, *log_joint.shape[-2:]).logsumexp(0)

@@ -2,7 +2,60 @@
 
 from __future__ import annotations
 
+import warnings
+
 from zoo.plates import is_subsample_site
+
+
+def draws(sites):
+    """The sample sites that are draws or observations (not the particles' plate or a plate's
+    minibatch bookkeeping)."""
+    return [
+        site
+        for site in sites
+        if site["type"] == "sample" and site["name"] != "particles" and not is_subsample_site(site)
+    ]
+
+
+def global_latents(sites) -> list[str]:
+    """The latent sites outside the ``data`` plate: with any, importance weights do not factor
+    by row (the rows share those draws)."""
+    return [
+        site["name"]
+        for site in draws(sites)
+        if not site["is_observed"] and "data" not in {f.name for f in site["cond_indep_stack"]}
+    ]
+
+
+def data_plate_scale(sites) -> float:
+    """The scale of the ``data`` plate's log-densities: ``num_data / rows`` on a minibatch, 1 on
+    the whole data (the scale of its first site; the plate scales them all alike)."""
+    for site in draws(sites):
+        if "data" in {f.name for f in site["cond_indep_stack"]}:
+            scale = site.get("scale")
+            return 1.0 if scale is None else float(scale)
+    return 1.0
+
+
+#: What a fit is told when ``elbo="iwae"`` meets minibatches of a model with global latents.
+GLOBAL_LATENTS_ON_MINIBATCHES = (
+    "elbo='iwae' on minibatches of a model with latents outside the data plate ({names}) does not "
+    "train the importance-weighted bound: the rows share those draws, so the bound does not "
+    "split into rows, and the whole data's bound (RenyiELBO's) scales each particle's "
+    "log-weight by num_data / rows inside its log-mean-exp. Fit on the whole data (no "
+    "batch_size), or use elbo='trace'."
+)
+
+
+def splits_by_row(sites) -> bool:
+    """Whether the importance-weighted bound of a trace's model splits into one bound per row
+    (every latent lies in the ``data`` plate). Where it does not and the plate is scaled (a
+    minibatch), warns that ``elbo="iwae"`` does not train the bound."""
+    names = global_latents(sites)
+    if names and data_plate_scale(sites) != 1.0:
+        message = GLOBAL_LATENTS_ON_MINIBATCHES.format(names=", ".join(names))
+        warnings.warn(message, UserWarning, stacklevel=3)
+    return not names
 
 
 def data_plate_log_prob(sites):
@@ -12,9 +65,7 @@ def data_plate_log_prob(sites):
     couple the rows, so it is an error.
     """
     total = 0.0
-    for site in sites:
-        if site["type"] != "sample" or site["name"] == "particles" or is_subsample_site(site):
-            continue
+    for site in draws(sites):
         frames = {f.name: f for f in site["cond_indep_stack"]}
         if "data" not in frames:
             if site["is_observed"]:
