@@ -44,6 +44,7 @@ import numpy as np
 from scipy import ndimage
 
 import inference
+from inference.tools.quick_options import QuickDefaults
 from zoo.bayesian_attention import metrics
 from zoo.bayesian_attention.classifier import predict_proba
 from zoo.datasets import load_mnist
@@ -54,24 +55,43 @@ CLEAN_METRICS = ("accuracy", "nll", "ece", "entropy")
 ROTATED_METRICS = ("accuracy", "nll", "entropy", "auroc")
 
 
+# name: (full default, --quick value); --quick shrinks only the options left out.
+QUICK = QuickDefaults(
+    {
+        "train_sizes": ([10000], [500]),
+        "num_test": (10000, 300),
+        "epochs": ([10.0], [6.0]),
+        "batch_size": (128, 100),
+        "lr": (1e-3, 3e-3),
+        "width": (32, 16),
+        "layers": (2, 1),
+        "num_samples": (10, 4),
+        # Pyro for --quick: no compilation, faster for a handful of steps.
+        "backend": ("numpyro", "pyro"),
+    }
+)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a small subset and budget (seconds)")
     p.add_argument("--attentions", nargs="+", default=list(ATTENTIONS), choices=ATTENTIONS)
     p.add_argument("--prior", default="fixed", choices=("fixed", "contextual"))
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--train-sizes", type=int, nargs="+", default=[10000])
-    p.add_argument("--num-test", type=int, default=10000, help="test digits (drawn once)")
+    p.add_argument("--train-sizes", type=int, nargs="+", help=QUICK.help("train_sizes"))
+    p.add_argument("--num-test", type=int, help=QUICK.help("num_test", "test digits (drawn once)"))
     p.add_argument(
-        "--epochs", type=float, nargs="+", default=[10.0],
-        help="passes over each training set: one value, or one per --train-sizes",
+        "--epochs", type=float, nargs="+",
+        help=QUICK.help(
+            "epochs", "passes over each training set: one value, or one per --train-sizes"
+        ),
     )  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, help=QUICK.help("batch_size"))
+    p.add_argument("--lr", type=float, help=QUICK.help("lr"))
     p.add_argument("--elbo", default="meanfield", choices=("trace", "meanfield"))
-    p.add_argument("--width", type=int, default=32)
+    p.add_argument("--width", type=int, help=QUICK.help("width"))
     p.add_argument("--heads", type=int, default=2)
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--layers", type=int, help=QUICK.help("layers"))
     p.add_argument("--patch-size", type=int, default=7)
     p.add_argument("--concentration", type=float, default=10.0, help="Weibull shape k")
     p.add_argument("--sigma", type=float, default=0.1, help="log-normal posterior scale")
@@ -81,15 +101,15 @@ def parse_args(argv=None):
         help="steps of a linear KL warm-up from 1%% of --kl-weight (0: none)",
     )  # fmt: skip
     p.add_argument("--predict", default="mc", choices=("mc", "mean"))
-    p.add_argument("--num-samples", type=int, default=10, help="draws for --predict mc")
+    p.add_argument(
+        "--num-samples", type=int, help=QUICK.help("num_samples", "draws for --predict mc")
+    )
     p.add_argument(
         "--reliability-size", type=int, default=None,
         help="training size of the reliability diagrams (default: the smallest)",
     )  # fmt: skip
     p.add_argument("--angles", type=float, nargs="+", default=[30.0, 60.0, 90.0])
-    p.add_argument(
-        "--backend", choices=("pyro", "numpyro"), help="default: numpyro (pyro with --quick)"
-    )
+    p.add_argument("--backend", choices=("pyro", "numpyro"), help=QUICK.help("backend"))
     p.add_argument("--device", default="cpu")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=os.path.join("outputs", "bayesian_attention"))
@@ -99,13 +119,7 @@ def parse_args(argv=None):
         help="only rebuild the tables from a results.json (into results.md beside it); no fitting",
     )  # fmt: skip
     args = p.parse_args(argv)
-    if args.quick:  # smaller settings, each where the option was left at its default
-        quick = dict(train_sizes=[500], num_test=300, epochs=[6.0], batch_size=100, lr=3e-3)
-        for name, value in {**quick, "width": 16, "layers": 1, "num_samples": 4}.items():
-            if getattr(args, name) == p.get_default(name):
-                setattr(args, name, value)
-    # Pyro for --quick: no compilation, faster for a handful of steps.
-    args.backend = args.backend or ("pyro" if args.quick else "numpyro")
+    QUICK.resolve(args)
     if len(args.epochs) not in (1, len(args.train_sizes)):
         p.error(
             f"--epochs takes one value or one per training size ({len(args.train_sizes)}); got "

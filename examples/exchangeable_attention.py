@@ -50,6 +50,7 @@ import numpy as np
 
 import inference
 from inference.loop import labelled_bar
+from inference.tools.quick_options import QuickDefaults
 from zoo import exchangeable as ex
 from zoo.files import write_text
 
@@ -159,28 +160,40 @@ def plot(lengths, rows, path):
     plt.close(fig)
 
 
-def main(argv=None):
+# name: (full default, --quick value); --quick shrinks only the options left out.
+QUICK = QuickDefaults(
+    {
+        "K": (4, 3),
+        "num_train": (8192, 128),
+        "max_train_length": (64, 16),
+        "steps": (3000, 20),
+        "lengths": ([4, 8, 16, 32, 64, 128, 256, 512], [4, 16, 64]),
+        "num_eval": (2000, 100),
+        # Pyro for --quick: no compiling, faster for a handful of steps.
+        "backend": ("numpyro", "pyro"),
+    }
+)
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--K", type=int, default=4, help="components")
+    parser.add_argument("--K", type=int, help=QUICK.help("K", "components"))
     parser.add_argument("--dim", type=int, default=2, help="token dimension D")
     parser.add_argument("--separation", type=float, default=0.5, help="radius of the means")
     parser.add_argument("--scale", type=float, default=1.0, help="token noise s")
     parser.add_argument("--num-heads", type=int, default=1)
-    parser.add_argument("--num-train", type=int, default=8192, help="training sequences")
+    parser.add_argument("--num-train", type=int, help=QUICK.help("num_train", "training sequences"))
     parser.add_argument("--min-train-length", type=int, default=4)
-    parser.add_argument("--max-train-length", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=3000, help="SVI steps per objective")
+    parser.add_argument("--max-train-length", type=int, help=QUICK.help("max_train_length"))
+    parser.add_argument("--steps", type=int, help=QUICK.help("steps", "SVI steps per objective"))
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.03)
-    parser.add_argument(
-        "--backend",
-        default=None,
-        choices=["pyro", "numpyro"],
-        help="default numpyro (pyro: --quick)",
-    )
+    parser.add_argument("--backend", choices=["pyro", "numpyro"], help=QUICK.help("backend"))
     parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=OBJECTIVES)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 256, 512])
-    parser.add_argument("--num-eval", type=int, default=2000, help="fresh sequences per N")
+    parser.add_argument("--lengths", type=int, nargs="+", help=QUICK.help("lengths"))
+    parser.add_argument(
+        "--num-eval", type=int, help=QUICK.help("num_eval", "fresh sequences per N")
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=os.path.join("outputs", "exchangeable_attention"))
     parser.add_argument(
@@ -188,12 +201,12 @@ def main(argv=None):
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON last")
     args = parser.parse_args(argv)
-    if args.quick:  # smaller settings, each where the option was left at its default
-        quick = dict(K=3, num_train=128, steps=20, num_eval=100, max_train_length=16)
-        for name, value in {**quick, "lengths": [4, 16, 64]}.items():
-            if getattr(args, name) == parser.get_default(name):
-                setattr(args, name, value)
-    args.backend = args.backend or ("pyro" if args.quick else "numpyro")
+    QUICK.resolve(args)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
     x0 = np.zeros((1, 2, args.dim))

@@ -39,6 +39,7 @@ import inference
 import zoo
 from inference import accuracy
 from inference.compare import Comparison
+from inference.tools.quick_options import QuickDefaults
 from zoo.files import write_text
 
 
@@ -135,16 +136,33 @@ def write_table(table, out, name):
     write_text(os.path.join(out, f"{name}.json"), table.to_json())
 
 
+# name: (full default, --quick value); --quick shrinks only the options left out.
+QUICK = QuickDefaults(
+    {
+        "n": (1000, 200),
+        "svi_steps": (None, 30),
+        "nuts_chains": (4, 2),
+        "nuts_warmup": (500, 30),
+        "nuts_draws": (500, 30),
+        "nuts_max_tree_depth": (10, 4),
+    }
+)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a few steps of each, for tests")
-    parser.add_argument("--n", type=int, default=1000, help="training points (same again held out)")
+    parser.add_argument(
+        "--n", type=int, help=QUICK.help("n", "training points (same again held out)")
+    )
     parser.add_argument("--K", type=int, default=8, help="components of the speed comparison")
     parser.add_argument(
         "--svi-steps",
         type=int,
-        default=None,
-        help="SVI's step cap (default: SVI's own, with its stopping rule and decaying lr)",
+        help=QUICK.help(
+            "svi_steps",
+            "SVI's step cap (default: SVI's own, with its stopping rule and decaying lr)",
+        ),
     )
     parser.add_argument("--seed", type=int, default=0, help="of the data and of every run")
     parser.add_argument("--backends", default="pyro,numpyro", help="of CAVI, EM and SVI")
@@ -156,10 +174,10 @@ def parse_args(argv=None):
         default="numpyro",
         help="comma-separated backends of the NUTS rows; the first gives the reference",
     )
-    parser.add_argument("--nuts-chains", type=int, default=4)
-    parser.add_argument("--nuts-warmup", type=int, default=500)
-    parser.add_argument("--nuts-draws", type=int, default=500, help="draws per chain")
-    parser.add_argument("--nuts-max-tree-depth", type=int, default=10)
+    parser.add_argument("--nuts-chains", type=int, help=QUICK.help("nuts_chains"))
+    parser.add_argument("--nuts-warmup", type=int, help=QUICK.help("nuts_warmup"))
+    parser.add_argument("--nuts-draws", type=int, help=QUICK.help("nuts_draws", "draws per chain"))
+    parser.add_argument("--nuts-max-tree-depth", type=int, help=QUICK.help("nuts_max_tree_depth"))
     parser.add_argument(
         "--nuts-seed",
         type=int,
@@ -173,10 +191,7 @@ def parse_args(argv=None):
         unknown = [name for name in names.split(",") if name not in zoo.BACKENDS]
         if unknown:  # said now, not minutes in, when the runs reach them
             parser.error(f"{flag}: unknown backend(s) {unknown}; the backends are {zoo.BACKENDS}.")
-    if args.quick:
-        args.n, args.svi_steps = 200, 30
-        args.nuts_chains, args.nuts_warmup, args.nuts_draws = 2, 30, 30
-        args.nuts_max_tree_depth = 4
+    QUICK.resolve(args)
     if args.nuts_seed is None:
         args.nuts_seed = args.seed
     return args

@@ -38,6 +38,7 @@ import time
 import numpy as np
 
 import inference
+from inference.tools.quick_options import QuickDefaults
 from zoo import bernoulli_mixture as bm
 from zoo.bernoulli_mixture.cross_attention import CrossAttentionCompleter
 from zoo.datasets import load_binarized_mnist
@@ -132,18 +133,32 @@ def plot_completions(x, completion, params, path, num=10, top=8):
     plt.close(fig)
 
 
-def main(argv=None):
+# name: (full default, --quick value); --quick shrinks only the options left out.
+QUICK = QuickDefaults(
+    {
+        "K": ([50], [10]),
+        "num_train": (None, 2000),
+        "num_test": (None, 500),
+        "steps": (500, 30),
+        "baseline_epochs": (0, 2),
+    }
+)
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--K", type=int, nargs="+", default=[50], help="numbers of components")
+    parser.add_argument("--K", type=int, nargs="+", help=QUICK.help("K", "numbers of components"))
     parser.add_argument(
         "--train-on",
         default="train",
         choices=["train", "train+valid"],
         help="the 50,000 training images, or those and the 10,000 validation images",
     )
-    parser.add_argument("--num-train", type=int, default=None, help="default: all of --train-on")
-    parser.add_argument("--num-test", type=int, default=None, help="default: all 10,000")
-    parser.add_argument("--steps", type=int, default=500, help="at most this many EM steps")
+    parser.add_argument(
+        "--num-train", type=int, help=QUICK.help("num_train", "default: all of --train-on")
+    )
+    parser.add_argument("--num-test", type=int, help=QUICK.help("num_test", "default: all 10,000"))
+    parser.add_argument("--steps", type=int, help=QUICK.help("steps", "at most this many EM steps"))
     parser.add_argument("--tol", type=float, default=1e-6, help="nats per image")
     parser.add_argument("--backend", default="pyro", choices=["pyro", "numpyro"])
     parser.add_argument("--device", default="cpu")
@@ -169,17 +184,19 @@ def main(argv=None):
     parser.add_argument(
         "--baseline-epochs",
         type=int,
-        default=0,
-        help="train the cross-attention baseline for this many epochs (0: skip it)",
+        help=QUICK.help(
+            "baseline_epochs",
+            "train the cross-attention baseline for this many epochs (0: skip it)",
+        ),
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON last")
     args = parser.parse_args(argv)
-    if args.quick:  # smaller settings, each where the option was left at its default
-        quick = dict(K=[10], steps=30, baseline_epochs=2, num_train=2000, num_test=500)
-        for name, value in quick.items():
-            if getattr(args, name) == parser.get_default(name):
-                setattr(args, name, value)
+    QUICK.resolve(args)
+    return args
 
+
+def main(argv=None):
+    args = parse_args(argv)
     rng = np.random.default_rng(args.seed)
     # The test file is sorted by digit: subsets are drawn at random, not taken from the top.
     splits = args.train_on.split("+")

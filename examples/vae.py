@@ -42,9 +42,21 @@ import numpy as np
 
 import inference
 import zoo
+from inference.tools.quick_options import QuickDefaults
 from zoo.datasets import dynamic_binarize, load_binarized_mnist, load_mnist
 from zoo.files import write_text
 from zoo.vae import decode, encode
+
+# name: (full default, --quick value); --quick shrinks only the options left out.
+QUICK = QuickDefaults(
+    {
+        "epochs": (None, 2),  # None: 500, or the schedule's length (see parse_args)
+        "patience": (30, 2),
+        "eval_k": (5000, 20),
+        "latent_dim": (50, 8),
+        "hidden": ([200, 200], [64]),
+    }
+)
 
 
 def parse_args(argv=None):
@@ -56,10 +68,13 @@ def parse_args(argv=None):
     p.add_argument(
         "--epochs",
         type=int,
-        default=None,
-        help="at most this many passes (default 500, or the schedule's length)",
+        help=QUICK.help(
+            "epochs", "at most this many passes (default 500, or the schedule's length)"
+        ),
     )
-    p.add_argument("--patience", type=int, default=30, help="epochs without a better validation")
+    p.add_argument(
+        "--patience", type=int, help=QUICK.help("patience", "epochs without a better validation")
+    )
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument(
@@ -74,15 +89,17 @@ def parse_args(argv=None):
         default=1.0,
         help="burda: each stage runs max(1, round(scale * 3**i)) epochs (1: their 3,280 passes)",
     )
-    p.add_argument("--latent-dim", type=int, default=None, help="default 50 (--quick: 8)")
-    p.add_argument("--hidden", type=int, nargs="+", default=None, help="default 200 200 (64)")
+    p.add_argument("--latent-dim", type=int, help=QUICK.help("latent_dim"))
+    p.add_argument("--hidden", type=int, nargs="+", help=QUICK.help("hidden", "layer widths"))
     p.add_argument("--activation", default="tanh", choices=("tanh", "relu", "softplus"))
     p.add_argument("--elbo", default="trace", choices=("trace", "meanfield", "iwae"))
     p.add_argument("--particles", type=int, default=1, help="samples per step (k for iwae)")
     p.add_argument(
         "--jit", action="store_true", help="Pyro: compile the ELBO (JitTrace_ELBO; not iwae)"
     )
-    p.add_argument("--eval-k", type=int, default=5000, help="importance samples for log p(x)")
+    p.add_argument(
+        "--eval-k", type=int, help=QUICK.help("eval_k", "importance samples for log p(x)")
+    )
     p.add_argument("--eval-n", type=int, default=None, help="test rows (default: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", default=None, help="resume from / write to this file")
@@ -97,15 +114,9 @@ def parse_args(argv=None):
         p.error(f"--schedule-scale must be > 0; got {args.schedule_scale}.")
     if args.evaluate_checkpoint and not args.checkpoint:
         p.error("--evaluate-checkpoint scores the run of --checkpoint PATH; give the path.")
-    if args.quick:  # smaller settings, each where the option was left at its default
-        for name, value in dict(epochs=2, patience=2, eval_k=20).items():
-            if getattr(args, name) == p.get_default(name):
-                setattr(args, name, value)
+    QUICK.resolve(args)
     if args.epochs is None:
         args.epochs = sum(n for n, _ in epoch_stages(args)) if args.lr_schedule == "burda" else 500
-    small = args.quick
-    args.latent_dim = args.latent_dim or (8 if small else 50)
-    args.hidden = args.hidden or ([64] if small else [200, 200])
     return args
 
 
