@@ -393,13 +393,16 @@ def _meant_by_older_file(key, saved, header):
     return None
 
 
-def _restore_tree(path, fresh, skeleton, arrays):
-    """``fresh`` (the state ``init`` made) with the checkpoint's saved fields put back."""
+def _restore_tree(path, fresh, skeleton, arrays, step: int):
+    """``fresh`` (the state ``init`` made) with the checkpoint's saved fields put back; the
+    checkpoint is at ``step``."""
     try:
         tree = state_tree.read(skeleton, arrays, fresh)
     except checkpoint.CheckpointError as err:
         raise checkpoint.CheckpointError(f"Checkpoint {path!r} cannot be resumed: {err}") from err
-    state_tree.check(path, fresh, tree)
+    except ValueError as err:  # a state the zoo never writes: the file was damaged or edited
+        raise checkpoint.CheckpointError(f"Checkpoint {path!r} is damaged: {err}.") from err
+    state_tree.check(path, fresh, tree, step)
     return state_tree.restore(fresh, tree)
 
 
@@ -492,7 +495,7 @@ def restore(path, header, alg, state, validation=None, stream=None):
             _check_arrays(path, alg.save_state(state), (saved["state"], arrays))
             state = alg.load_state(state, saved["state"], arrays)
         else:
-            state = _restore_tree(path, state, saved["state"], arrays)
+            state = _restore_tree(path, state, saved["state"], arrays, saved["step"])
     except checkpoint.CheckpointError:
         raise
     except (KeyError, ValueError) as err:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import reprlib
+
 import numpy as np
 
 
@@ -26,20 +28,81 @@ def encode(obj, to_numpy, arrays: dict, prefix: str = "s"):
     return {"array": prefix}
 
 
-def decode(skeleton, arrays: dict, from_numpy):
-    """Inverse of :func:`encode`; ``from_numpy`` turns each stored array into a backend array."""
-    if "dict" in skeleton:
-        return {
-            decode(k, arrays, from_numpy): decode(v, arrays, from_numpy)
-            for k, v in skeleton["dict"]
-        }
-    if "list" in skeleton:
-        return [decode(v, arrays, from_numpy) for v in skeleton["list"]]
-    if "tuple" in skeleton:
-        return tuple(decode(v, arrays, from_numpy) for v in skeleton["tuple"])
-    if "array" in skeleton:
-        return from_numpy(arrays[skeleton["array"]])
-    return skeleton["value"]
+#: The kinds of node a skeleton is made of, each a mapping of one key.
+_NODES = ("dict", "list", "tuple", "array", "value")
+#: The plain values a skeleton holds as they are (``{"value": ...}``).
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def decode(skeleton, arrays: dict, from_numpy, place: str = ""):
+    """Inverse of :func:`encode`; ``from_numpy`` turns each stored array into a backend array.
+    A skeleton :func:`encode` never writes (a damaged or hand-edited file) is a ``ValueError``
+    naming the place of the bad node: ``place`` (a state's field name), then dict keys and
+    sequence items in brackets."""
+    kind, content = _node(skeleton, place)
+    if kind == "dict":
+        return dict(_dict_items(content, arrays, from_numpy, place))
+    if kind in ("list", "tuple"):
+        if not isinstance(content, list):
+            raise ValueError(
+                f"{_where(place)} is a {kind} whose items are {_short(content)}, not a list"
+            )
+        items = [decode(v, arrays, from_numpy, f"{place}[{i}]") for i, v in enumerate(content)]
+        return items if kind == "list" else tuple(items)
+    if kind == "array":
+        if not isinstance(content, str):
+            raise ValueError(
+                f"{_where(place)} names its array by {_short(content)}, not by a member's name"
+            )
+        return from_numpy(arrays[content])
+    if not isinstance(content, _SCALARS):  # JSON's scalars: encode writes nothing else here
+        raise ValueError(
+            f"{_where(place)} holds the value {_short(content)}, not a number, a string, "
+            "true, false or null"
+        )
+    return content
+
+
+def _where(place: str) -> str:
+    return f"its state's field {place!r}" if place else "its state"
+
+
+def _short(value) -> str:
+    """``value`` for a message, cut short (a damaged file may hold anything, at any length)."""
+    return reprlib.repr(value)
+
+
+def _node(skeleton, place: str) -> tuple[str, object]:
+    """``(kind, content)`` of a skeleton node: a one-key mapping of one of :data:`_NODES`."""
+    if not (isinstance(skeleton, dict) and len(skeleton) == 1 and next(iter(skeleton)) in _NODES):
+        raise ValueError(
+            f"{_where(place)} is {_short(skeleton)}, not a value as the zoo writes one (a "
+            f"mapping of one key: {', '.join(_NODES)})"
+        )
+    return next(iter(skeleton.items()))
+
+
+def _dict_items(content, arrays: dict, from_numpy, place: str):
+    """The ``(key, value)`` pairs of a ``{"dict": [[key, value], ...]}`` node, decoded."""
+    if not isinstance(content, list):
+        raise ValueError(
+            f"{_where(place)} is a dict whose items are {_short(content)}, not a list of "
+            "[key, value] pairs"
+        )
+    for i, pair in enumerate(content):
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise ValueError(
+                f"{_where(place)} is a dict whose item {i} is {_short(pair)}, not a [key, "
+                "value] pair"
+            )
+        key = decode(pair[0], arrays, from_numpy, f"{place}(key {i})")
+        try:
+            hash(key)
+        except TypeError:
+            raise ValueError(
+                f"{_where(place)} is a dict whose key {i} is {_short(key)}, which cannot be a key"
+            ) from None
+        yield key, decode(pair[1], arrays, from_numpy, f"{place}[{key!r}]")
 
 
 def as_numpy(value) -> np.ndarray:
@@ -74,9 +137,6 @@ def place_like(saved, fresh):
 
         return jax.device_put(saved, fresh.sharding)
     return saved
-
-
-_NODES = ("dict", "list", "tuple", "array", "value")
 
 
 def leaves(skeleton, arrays: dict, partial: bool = False) -> dict[str, np.ndarray] | None:

@@ -86,6 +86,9 @@ def check_path(path, *, resume: bool) -> str:
                 f"checkpoint={path!r} is an existing file that is {what}; it is not "
                 "overwritten. Name another file, or delete this one."
             )
+        # A file another run is writing is refused at once (by ``exclusive``, as this run
+        # starts): not after a warning that this run will replace it.
+        _refuse_if_held(path)
         _warn_of_replacing(path, header)
     return path
 
@@ -130,6 +133,32 @@ def _describe(owner: dict) -> str:
     here = owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()
     where = "this process" if here else f"process {owner.get('pid')} on {owner.get('host')!r}"
     return f"another fit in {where}, running since {since}"
+
+
+def _refuse_if_held(path) -> None:
+    """:class:`CheckpointInUseError` if another fit holds the lock on ``path`` now. Only a
+    look: the lock is taken by :func:`exclusive`, and no lock file is made here (a run that
+    fails before it starts would leave one behind)."""
+    real = os.path.realpath(os.fspath(path))
+    if real in _HELD:
+        raise _in_use(path, _HELD[real])
+    try:
+        fd = os.open(real + LOCK_SUFFIX, os.O_RDWR)
+    except OSError:  # no lock file: no holder, which keeps it until it ends
+        return
+    try:
+        if not _try_lock(fd):
+            raise _in_use(path, _read_owner(fd))
+        _unlock(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlock(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    else:
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
 
 def _try_lock(fd: int) -> bool:

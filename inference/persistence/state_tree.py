@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import reprlib
 
 import numpy as np
 
@@ -48,13 +49,20 @@ def save(state) -> tuple[dict, dict[str, np.ndarray]]:
 
 def read(skeleton, arrays: dict, fresh) -> dict:
     """The saved fields (numpy arrays) of a checkpoint's state, in this layout or an older one;
-    ``fresh`` is this run's state from ``init``."""
+    ``fresh`` is this run's state from ``init``. A skeleton the zoo never writes (a damaged or
+    hand-edited file) is a ``ValueError`` naming the field; a layout this version does not read,
+    a :class:`CheckpointError`."""
     if isinstance(skeleton, dict) and FIELDS in skeleton:
+        fields = skeleton[FIELDS]
+        if not isinstance(fields, dict):  # a damaged or hand-edited file
+            raise ValueError(
+                f"its state's fields are {reprlib.repr(fields)}, not a mapping of names"
+            )
         # An array missing from a damaged file reads as None, for ``check`` to name its place.
         present = collections.defaultdict(lambda: None, arrays)
         tree = {
-            name: tree_codec.decode(node, present, lambda a: a)
-            for name, node in skeleton[FIELDS].items()
+            name: tree_codec.decode(node, present, lambda a: a, name)
+            for name, node in fields.items()
         }
     else:
         tree = older_states.read(skeleton, arrays, saved_part(fresh))
@@ -84,33 +92,52 @@ def _integers_as(saved, fresh):
     return narrowed if np.array_equal(narrowed, saved) else saved
 
 
-def _places(tree, place: str, out: dict, empty: set) -> None:
+def _places(tree, place: str, out: dict, empty: set, values: dict) -> None:
     """The arrays of ``tree`` by their place (fields by name, dict keys and sequence items in
-    brackets), and the places of its empty containers (a part that grows as the run goes)."""
+    brackets) into ``out``, its plain values but None (a count, a flag) into ``values``, and the
+    places of its empty containers (a part that grows as the run goes) into ``empty``."""
     if isinstance(tree, dict):
         if not tree:
             empty.add(place)
         for key, value in tree.items():
-            _places(value, f"{place}[{key!r}]" if place else str(key), out, empty)
+            _places(value, f"{place}[{key!r}]" if place else str(key), out, empty, values)
     elif isinstance(tree, list | tuple):
         if not tree:
             empty.add(place)
         for i, value in enumerate(tree):
-            _places(value, f"{place}[{i}]", out, empty)
-    elif tree is not None and not isinstance(tree, bool | int | float | str):
+            _places(value, f"{place}[{i}]", out, empty, values)
+    elif isinstance(tree, bool | int | float | str):
+        values[place] = tree
+    elif tree is not None:
         out[place] = tree_codec.as_numpy(tree)
 
 
-def check(path, fresh, tree: dict) -> None:
+def check(path, fresh, tree: dict, step: int | None = None) -> None:
     """Every array of this run's state is in the checkpoint with its dtype and shape, and the
     checkpoint holds no array this run's state has no place for (outside a part that grows), so
-    that a damaged or foreign file is refused here, not steps later far from the cause."""
-    expected, empty, found = {}, set(), {}
-    _places(saved_part(fresh), "", expected, empty)
-    _places(tree, "", found, set())
+    that a damaged or foreign file is refused here, not steps later far from the cause. Each
+    plain value of the state (a count, a flag) is there too, of its type; a field named
+    ``step`` counts the run's steps, and is the checkpoint's ``step`` when one is given."""
+    expected, empty, values = {}, set(), {}
+    _places(saved_part(fresh), "", expected, empty, values)
+    found, found_values = {}, {}
+    _places(tree, "", found, set(), found_values)
     unknown = sorted(set(tree) - set(type(fresh).saved_fields))
     if unknown:
         raise CheckpointError(f"Checkpoint {path!r} holds state fields {unknown} this run lacks.")
+    _check_arrays(path, expected, empty, found)
+    _check_values(path, values, found_values)
+    saved_step = tree.get("step")
+    if step is not None and isinstance(values.get("step"), int) and saved_step != step:
+        raise CheckpointError(
+            f"Checkpoint {path!r} is damaged: its state's field 'step' is {saved_step!r}, and "
+            f"the checkpoint is at step {step}."
+        )
+
+
+def _check_arrays(path, expected: dict, empty: set, found: dict) -> None:
+    """The arrays ``found`` in a checkpoint's state are those ``expected`` of this run's, of
+    their dtype and shape, and more only in a part that grows (under a place in ``empty``)."""
     for place, like in expected.items():
         if place not in found:
             raise CheckpointError(f"Checkpoint {path!r} lacks the state's array {place!r}.")
@@ -128,6 +155,35 @@ def check(path, fresh, tree: dict) -> None:
                 f"Checkpoint {path!r} holds an array {place!r} that this run's state has no "
                 "place for."
             )
+
+
+def _check_values(path, expected: dict, found: dict) -> None:
+    """Each plain value of this run's state is in the checkpoint's, of its type (an int where
+    the run counts, a float may be written as an int), so that a hand-edited count is refused
+    here, not at the first step."""
+    for place, like in expected.items():
+        got = found.get(place)
+        if not _same_kind(got, like):
+            raise CheckpointError(
+                f"Checkpoint {path!r} is damaged: its state's field {place!r} is {got!r}, not "
+                f"{_kind(like)}."
+            )
+
+
+#: The plain values of a state as a message names them (bool before int, of which it is one).
+_KINDS = ((bool, "true or false"), (int, "a whole number"), (float, "a number"), (str, "a string"))
+
+
+def _kind(value) -> str:
+    return next(name for kind, name in _KINDS if isinstance(value, kind))
+
+
+def _same_kind(got, like) -> bool:
+    if isinstance(like, bool) or isinstance(got, bool):
+        return isinstance(got, bool) and isinstance(like, bool)
+    if isinstance(like, float):
+        return isinstance(got, int | float)
+    return isinstance(got, type(like))
 
 
 def restore(fresh, tree: dict):

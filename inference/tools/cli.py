@@ -3,8 +3,10 @@ algorithms, from the shell.
 
 Options the command does not know are the model's and the algorithm's own, passed to ``fit``
 by name: ``--K 8``, ``--weight-prior dirichlet_process``, ``--lr 0.01`` (a value is read as
-JSON, else as a string); ``--option NAME=VALUE`` says the same. ``zoo fit MODEL --help`` lists
-a model's options, their types, defaults and meanings.
+JSON, else as a string; a file or a name, such as ``--checkpoint``'s, is taken as typed);
+``--option NAME=VALUE`` says the same. ``zoo fit``'s checkpoint options pass the same way:
+``--checkpoint FILE``, ``--checkpoint-every N`` and ``--resume true``.
+``zoo fit MODEL --help`` lists a model's options, their types, defaults and meanings.
 
 Paths are checked before any fitting starts: a missing data file, or a ``--save`` or ``--plot``
 path that cannot be written, is an error up front, so no finished run is lost to it.
@@ -143,8 +145,9 @@ PYTHON_CONSTANTS = {"True": True, "False": False, "None": None}
 def _read_value(value: str):
     """An option's value: JSON (numbers, lists, true/false, null); else a number as people
     type it (.001, 1., +2); else Python's True, False or None, or a bracketed literal such as
-    (100, 100), as the help writes defaults; else the string itself (a path such as 2024_11_29
-    or a name such as 1,2 stays a string)."""
+    (100, 100), as the help writes defaults; else the string itself (2024_11_29 or 1,2, which
+    Python would read as numbers, stay strings). The run options of :data:`TEXT_OPTIONS` are not
+    read by it: they are taken as typed."""
     try:
         return json.loads(value)
     except json.JSONDecodeError:
@@ -161,9 +164,20 @@ def _read_value(value: str):
     return value
 
 
+#: Run options whose values are paths or names, taken as typed: read as JSON, a checkpoint
+#: named null would be no checkpoint, and one named 100 a number.
+TEXT_OPTIONS = ("checkpoint", "dtype", "device", "reference")
+
+
+def _option_value(name: str, value: str):
+    """The value of option ``name`` (as given, dashes or underscores): as typed for
+    :data:`TEXT_OPTIONS`, else as :func:`_read_value` reads it."""
+    return value if name.replace("-", "_") in TEXT_OPTIONS else _read_value(value)
+
+
 def _extra_options(args, extra: list[str]) -> dict:
     """The model's and algorithm's options: ``--NAME VALUE`` (dashes read as underscores) and
-    ``--option NAME=VALUE`` (read as :func:`_read_value` reads them)."""
+    ``--option NAME=VALUE`` (read as :func:`_option_value` reads them)."""
     opts = {}
 
     def give(name, value, how):
@@ -181,13 +195,13 @@ def _extra_options(args, extra: list[str]) -> dict:
             if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
                 raise ValueError(f"option {flag} needs a value.")
             value, i = extra[i + 1], i + 1
-        give(name.replace("-", "_"), _read_value(value), f"{flag}")
+        give(name.replace("-", "_"), _option_value(name, value), f"{flag}")
         i += 1
     for item in args.option:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise ValueError(f"argument --option: takes NAME=VALUE; got {item!r}.")
-        give(name.replace("-", "_"), _read_value(value), f"--option {item}")
+        give(name.replace("-", "_"), _option_value(name, value), f"--option {item}")
     return opts
 
 
@@ -295,6 +309,16 @@ def _fitting(model: str) -> list[str]:
         return list_algorithms()
 
 
+#: What ``zoo fit --help`` says of the run options it passes to ``fit`` without flags of its own.
+FIT_EPILOG = (
+    "Checkpoints: --checkpoint FILE writes the run's checkpoint to FILE every --checkpoint-every "
+    "N steps (default: 100) and at its end, early stop or Ctrl-C; --resume true continues the run "
+    "from FILE if it exists, to the result of an uninterrupted run "
+    "(docs/guide/checkpoints.md). FILE is taken as typed. --dtype float32 or float64 and --init "
+    "NAME are passed to the fit too."
+)
+
+
 # Longer than the layer's other functions, and kept whole: a flat declaration of the command
 # line, one add_argument per option, in the order ``--help`` lists them.
 def _parser(model: str | None = None) -> argparse.ArgumentParser:
@@ -325,6 +349,7 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
             description=f"{text}. Options not listed here are the model's and the algorithm's "
             "own (e.g. --K 8, --lr 0.01): `%(prog)s MODEL --help` lists MODEL's, `zoo "
             "algorithms` the algorithms'.",
+            epilog=FIT_EPILOG if name == "fit" else None,
             allow_abbrev=False,
         )
         p.add_argument("model", help="a registered model (see `zoo list`)")
@@ -341,7 +366,7 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
             default=[],
             metavar="NAME=VALUE",
             help="a model or algorithm option (repeatable), e.g. --option K=8; VALUE is read "
-            "as JSON, else as a string",
+            "as JSON, else as a string (a file or a name, such as --checkpoint's, as typed)",
         )
         p.add_argument(
             "--seed",
@@ -579,7 +604,12 @@ def _fit(args, spec, options) -> int:
                 f"got {args.guide!r}."
             )
         options["guide"] = args.guide
-    save = None if args.save is None else cli_paths.save_path(args.save, [args.data])
+    _check_checkpoint_options(options)
+    save = (
+        None
+        if args.save is None
+        else cli_paths.save_path(args.save, [args.data], options.get("checkpoint"))
+    )
     data = cli_paths.load_data(args.data, spec, args.seed)
     res = fit(
         spec,
@@ -614,6 +644,17 @@ def _fit(args, spec, options) -> int:
             res.save(save)
             print(f"zoo: saved the fit to {save} (inference.load to read it)", file=sys.stderr)
     return 0
+
+
+def _check_checkpoint_options(options: dict) -> None:
+    """``--checkpoint-every`` and ``--resume true`` without ``--checkpoint``, refused in the
+    shell's words (``fit`` would name its own arguments, checkpoint= and resume=)."""
+    if options.get("checkpoint") is not None:
+        return
+    if options.get("checkpoint_every") is not None:
+        raise ValueError("--checkpoint-every needs --checkpoint FILE, the file to write.")
+    if options.get("resume") is True:
+        raise ValueError("--resume true needs --checkpoint FILE, the file to resume from.")
 
 
 def _print_fit(res, out, as_json: bool) -> None:

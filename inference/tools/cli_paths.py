@@ -1,6 +1,7 @@
 """The files the shell reads and writes, checked before any work is done: ``--data`` read
 (never unpickled), ``--save`` and ``--plot`` paths whose folder exists and can be written, so
-that no finished run is lost to a path."""
+that no finished run is lost to a path, and a ``--save`` that is none of the files the command
+reads or its checkpoint."""
 
 from __future__ import annotations
 
@@ -128,10 +129,19 @@ def check_new_file(flag: str, path: str, inputs=()) -> None:
                 )
 
 
-def save_path(path: str, inputs=()) -> str:
+def same_file(path: str, other: str) -> bool:
+    """Whether ``path`` and ``other`` name one file, under any spelling, symbolic link or hard
+    link, whether or not it exists yet (a checkpoint a fit has still to write)."""
+    if os.path.exists(path) and os.path.exists(other):
+        return os.path.samefile(path, other)
+    real = os.path.normcase(os.path.realpath(path))  # follows links, even to no file yet
+    return real == os.path.normcase(os.path.realpath(other))
+
+
+def save_path(path: str, inputs=(), checkpoint=None) -> str:
     """``--save``: a file, new or replaced (the fit is written next to it and renamed over it,
     so the folder must be writable and the path, if it exists, a regular file that is not one of
-    the command's ``inputs``)."""
+    the command's ``inputs``, nor the ``checkpoint`` the fit writes)."""
     if not path:
         raise ValueError("argument --save: give a file name, e.g. fit.zoo.")
     if os.path.isdir(path):
@@ -140,6 +150,13 @@ def save_path(path: str, inputs=()) -> str:
             f"{os.path.join(path, 'fit.zoo')!r}."
         )
     check_new_file("--save", path, inputs)
+    # The fit is saved after its last checkpoint: over it, the run could no longer be resumed.
+    if checkpoint is not None and same_file(path, checkpoint):
+        raise ValueError(
+            f"argument --save: {path!r} is the file --checkpoint names ({checkpoint!r}); the "
+            "saved fit would replace the checkpoint, and the run could not be resumed. Name "
+            "another file."
+        )
     return path
 
 
