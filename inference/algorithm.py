@@ -90,6 +90,20 @@ class Traits:
     short_run: Callable[[int], dict] | None = None
     slow_advice: str | None = None
 
+    def __post_init__(self):
+        # The layer branches on estimate by its value (a sampler's draws, a closed-form
+        # posterior): a value it does not know would send a fit down the wrong path later.
+        if self.estimate not in ESTIMATES:
+            hint = did_you_mean(self.estimate, ESTIMATES) if isinstance(self.estimate, str) else ""
+            raise ValueError(
+                f"Traits.estimate must be one of {list(ESTIMATES)}; got {self.estimate!r}.{hint}"
+            )
+
+
+#: What a fit of an algorithm gives (:attr:`Traits.estimate`): a posterior (variational), a
+#: point estimate, or a sampler's draws.
+ESTIMATES = ("posterior", "point", "draws")
+
 
 @dataclass
 class Problem:

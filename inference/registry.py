@@ -14,9 +14,10 @@ skipped with an :class:`InferencePluginWarning` naming it, and the rest work.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
-from inference.algorithm import Algorithm
+from inference.algorithm import Algorithm, Traits
 from inference.algorithms.closed_form import CAVI, EM
 from inference.algorithms.nuts import NUTSAlgorithm
 from inference.algorithms.svi import SVI
@@ -192,7 +193,38 @@ def _instance(algorithm) -> Algorithm:
         raise ValueError(
             f"an algorithm's name must be a non-empty string without spaces; got {name!r}."
         )
+    _check_declarations(algorithm)
     return algorithm
+
+
+def _check_declarations(algorithm: Algorithm) -> None:
+    """Raise ``ValueError`` unless the algorithm's ``traits`` and ``Options`` are what the layer
+    reads: checked here, as listing the options of every algorithm (``compare``, the shell)
+    would otherwise fail for every model, not only the broken algorithm's."""
+    where = f"algorithm {algorithm.name!r}"
+    traits = getattr(algorithm, "traits", None)
+    if not isinstance(traits, Traits):
+        raise ValueError(
+            f"{where} has no traits: set the class attribute traits = inference.Traits(...) "
+            f"(what it estimates, its objective, its default length); got {traits!r}."
+        )
+    options = algorithm.Options
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ValueError(
+            f"{where}: Options must be a dataclass of its options with their defaults, e.g. "
+            "@dataclass(frozen=True) class Options: num_restarts: int = 5 "
+            f"(inference.algorithm.NoOptions when it takes none); got {options!r}."
+        )
+    required = [
+        field.name
+        for field in dataclasses.fields(options)
+        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    ]
+    if required:
+        raise ValueError(
+            f"{where}: every field of Options needs a default (a fit given none of its options "
+            f"runs on the defaults); {required} have none."
+        )
 
 
 def _add(algorithm, *, replace: bool, source: str) -> Algorithm:

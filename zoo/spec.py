@@ -95,6 +95,26 @@ class DataField:
     # (low, high) of integer values, low <= value < high; ints or names of config attributes.
     bounds: tuple[int | str, int | str] | None = None
 
+    def problems(self, key: str) -> list[str]:
+        """What is wrong with the contract of data key ``key``, for the spec checks (data are
+        checked against ``kind`` one character at a time, so a word such as ``"float"`` would
+        pass as its letters)."""
+        out = []
+        ndim = self.ndim
+        if isinstance(ndim, bool) or not isinstance(ndim, int) or ndim < 0:
+            out.append(
+                f"data[{key!r}].ndim must be an int >= 0, the number of dimensions of the array "
+                f"(2 for (N, D) observations); got {ndim!r}."
+            )
+        kind = self.kind
+        if not isinstance(kind, str) or not kind or any(k not in _KIND_WORDS for k in kind):
+            codes = ", ".join(f"{k!r} ({word})" for k, word in _KIND_WORDS.items())
+            out.append(
+                f"data[{key!r}].kind must be numpy dtype kind codes, one or more of {codes}: "
+                f"e.g. 'f' for floats, 'iu' for integers of either sign; got {kind!r}."
+            )
+        return out
+
 
 @dataclass(frozen=True)
 class GuideKind:

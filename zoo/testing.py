@@ -6,7 +6,8 @@ supports the model) are ``inference.tools.conformance``, whose ``check_model`` r
 * :func:`check_registration` also imports both twins and traces them on the spec's example data:
   the same sample sites and plates, and every guide samples every latent site. ``zoo.register``
   runs it by default, and a plugin's model gets it the first time it is fetched.
-* :func:`check_twins_and_log_joint`: both twins give the same log-joint at the same point.
+* :func:`check_twins_and_log_joint`: both twins have the same model parameters (names and
+  constraints) and give the same log-joint at the same point.
 * :func:`check_twin_guides`: each guide is the same in both twins (parameter names, sites, and
   log-density at the same parameters and draws).
 
@@ -211,11 +212,14 @@ def site_signature(trace, backend):
 
 
 def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
-    """Both twins trace, with the same sites and plates, and the same log-joint at one point.
+    """Both twins trace, with the same sites and plates, the same model parameters (names and
+    constraints), and the same log-joint at one point.
 
     The Pyro twin is traced on the example problem (``spec.make_data``, in float64 on the
     CPU); the NumPyro twin's log density is evaluated at the values the Pyro trace drew (its
-    parameters passed by name), and the two log-joints must agree.
+    parameters passed by name), and the two log-joints must agree. The models' param sites
+    must have the same names and constraints, as a fit's ``raw_params`` moves between backends
+    by name (``init=res.raw_params``).
 
     Parameters
     ----------
@@ -233,8 +237,9 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
     Raises
     ------
     AssertionError
-        A twin is missing, the twins' sample sites or plates differ, or their log-joints differ
-        (or are not finite); the message says what to compare in the two twins.
+        A twin is missing, the twins' sample sites or plates differ, their models' param sites
+        have other names or constraints, or their log-joints differ (or are not finite); the
+        message says what to compare in the two twins.
     ModelSpecError
         The spec has no ``make_data`` to build the example problem from.
 
@@ -256,6 +261,10 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
     psig, nsig = site_signature(ptrace, "pyro"), site_signature(ntrace, "numpyro")
     if psig != nsig:
         raise AssertionError(_twin_mismatch_message(spec, psig, nsig))
+    # A NumPyro param site under another name keeps its own default, which may well give the
+    # same log-joint; the names and constraints are compared themselves.
+    where = f"{spec.name}: the model"
+    _check_same_params(where, _pyro_constraints(ptrace), _numpyro_constraints(ntrace))
     if not np.isfinite(pyro_logp) or not np.isclose(pyro_logp, numpyro_logp, rtol=rtol):
         raise AssertionError(
             f"{spec.name}: log-joint at the same point differs: pyro {pyro_logp}, numpyro "
@@ -328,25 +337,7 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
             spec, guide, data, config, init, {**params, **draws, **point.indices}, temperature
         )
         where = f"{spec.name}: guide {guide!r}"
-        if set(params) != set(numpyro_constraints):
-            raise AssertionError(
-                f"{where} has other parameters in the two twins: only in Pyro "
-                f"{sorted(set(params) - set(numpyro_constraints))}, only in NumPyro "
-                f"{sorted(set(numpyro_constraints) - set(params))}. Name each param site the "
-                "same in both twins: a fit's raw_params, init and saved fits hold them by name."
-            )
-        constrained_otherwise = [
-            f"{name!r} ({constraint} in Pyro, {numpyro_constraints[name]} in NumPyro)"
-            for name, constraint in sorted(_pyro_constraints(trace).items())
-            if constraint != numpyro_constraints[name]
-        ]
-        if constrained_otherwise:
-            raise AssertionError(
-                f"{where} constrains parameters otherwise in the two twins: "
-                f"{', '.join(constrained_otherwise)}. The optimiser moves each parameter on the "
-                "real line through its constraint's transform: give each param site the same "
-                "constraint in both twins (real when none is given)."
-            )
+        _check_same_params(where, _pyro_constraints(trace), numpyro_constraints)
         if set(draws) != set(numpyro_draws):
             raise AssertionError(
                 f"{where} samples other sites in the two twins: Pyro {sorted(draws)}, NumPyro "
@@ -360,6 +351,33 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
                 "parameter's constraint (a rate against a scale, a scale against a variance, "
                 "a softplus against an exp, a missing to_event or plate are the usual causes)."
             )
+
+
+def _check_same_params(where: str, pyro_constraints: dict, numpyro_constraints: dict) -> None:
+    """Raise ``AssertionError`` unless the twins' param sites (``{raw_params name: constraint
+    name}``, :func:`_pyro_constraints` and :func:`_numpyro_constraints`) have the same names
+    and constraints: ``init=res.raw_params`` moves a fit between backends by these names, and
+    the optimiser moves each parameter through its constraint's transform."""
+    only_pyro = sorted(set(pyro_constraints) - set(numpyro_constraints))
+    only_numpyro = sorted(set(numpyro_constraints) - set(pyro_constraints))
+    if only_pyro or only_numpyro:
+        raise AssertionError(
+            f"{where} has other parameters in the two twins: only in Pyro {only_pyro}, only in "
+            f"NumPyro {only_numpyro}. Name each param site the same in both twins: a fit's "
+            "raw_params, init and saved fits hold them by name."
+        )
+    constrained_otherwise = [
+        f"{name!r} ({constraint} in Pyro, {numpyro_constraints[name]} in NumPyro)"
+        for name, constraint in sorted(pyro_constraints.items())
+        if constraint != numpyro_constraints[name]
+    ]
+    if constrained_otherwise:
+        raise AssertionError(
+            f"{where} constrains parameters otherwise in the two twins: "
+            f"{', '.join(constrained_otherwise)}. The optimiser moves each parameter on the "
+            "real line through its constraint's transform: give each param site the same "
+            "constraint in both twins (real when none is given)."
+        )
 
 
 def _numpyro_guide_density(spec, guide, data, config, init, values, temperature):
@@ -456,6 +474,12 @@ def check_spec(spec: ModelSpec) -> None:
             )
     if not isinstance(spec.guides, tuple) or not all(isinstance(g, str) for g in spec.guides):
         problems.append(f"guides must be a tuple of guide names; got {spec.guides!r}.")
+    elif len(set(spec.guides)) < len(spec.guides):
+        repeated = sorted({g for g in spec.guides if spec.guides.count(g) > 1})
+        problems.append(
+            f"guides lists {repeated} more than once; name each guide once (a fit, a comparison "
+            "and the checks pick a guide by its name)."
+        )
     problems.extend(_guide_kind_problems(spec))
     if spec.updates is not None:
         if not isinstance(spec.updates, ClosedFormUpdates):
@@ -488,6 +512,9 @@ def check_spec(spec: ModelSpec) -> None:
         problems.append("data must map each data key to a zoo.DataField, e.g. {'x': DataField(2)}.")
     elif not all(isinstance(contract, DataField) for contract in spec.data.values()):
         problems.append("data must map each data key to a zoo.DataField(ndim, kind, doc).")
+    else:
+        for key, contract in spec.data.items():
+            problems.extend(contract.problems(key))
     if not callable(spec.prepare):
         problems.append("prepare must be a function: prepare(data, **options) -> config.")
     hooks = ("make_data", "summarize", "sample_posterior", "log_likelihood", "check_data")
