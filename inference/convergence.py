@@ -19,6 +19,8 @@ A run that reaches ``num_steps`` without meeting its rule warns with
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 
 import numpy as np
@@ -161,16 +163,41 @@ def draw_problems(result) -> list[str]:
         )
         return [too_few] + ([divergence_problem(divergences)] if divergences else [])
     stuck = stuck_problems(result.draws)
+    return stuck + nuts_problems(diagnostics(result.draws), divergences, num_chains)
+
+
+def diagnostics(draws: dict):
+    """ArviZ's diagnostics table of ``draws`` (sites of shape (chains, draws, ...)), unrounded:
+    ``az.summary`` rounds to two decimals by default, and an r-hat of 1.012 read as 1.01 passed
+    the 1.01 check."""
     import warnings
 
     import arviz as az
 
     # The draws alone: result.to_arviz() would also evaluate the pointwise log-likelihood of
     # every draw at every data point, which the diagnostics do not read.
-    with warnings.catch_warnings():  # r-hat of one chain, ESS of a constant: NaN, said here
+    # r-hat of one chain, ESS of a constant: NaN, said here.
+    with warnings.catch_warnings(), _arviz_log_off():
         warnings.simplefilter("ignore")
-        summary = az.summary(az.from_dict(posterior=result.draws), kind="diagnostics")
-    return stuck + nuts_problems(summary, divergences, num_chains)
+        data = az.from_dict(posterior=draws)
+        return az.summary(data, kind="diagnostics", round_to="none")
+
+
+@contextlib.contextmanager
+def _arviz_log_off():
+    """ArviZ's log switched off: it says through its logger, not as a warning, that one chain
+    is too few for r-hat, which the run's own checks already skip for one chain."""
+    import arviz as az
+
+    # ArviZ 0.x logs through a logger of its own, arviz._log, that logging.getLogger("arviz")
+    # does not return. Its disabled flag, not its level: a level change would stay in the
+    # logger's cache, which logging clears only for the loggers it made.
+    log = getattr(az, "_log", None) or logging.getLogger("arviz")
+    was_disabled, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = was_disabled
 
 
 def stuck_problems(draws: dict) -> list[str]:

@@ -217,6 +217,27 @@ def test_chains_that_never_moved_are_a_problem_though_r_hat_and_ess_cannot_say()
     assert _stuck({"scale_tril": factor}) == []
 
 
+def test_an_r_hat_just_above_the_threshold_is_a_problem():
+    """ArviZ's summary rounds to two decimals unless asked not to: an r-hat of 1.0125 read as
+    1.01, which passed the 1.01 check."""
+    import arviz as az
+
+    shift = 0.11 * np.array([-1.5, -0.5, 0.5, 1.5])[:, None]  # chains apart by a little
+    draws = np.random.default_rng(0).normal(size=(4, 1000)) + shift
+    r_hat = float(az.rhat(draws))
+    assert 1.01 < r_hat < 1.015  # what the test is about
+    assert _stuck({"mu": draws}) == [f"r-hat {r_hat:.3f} > 1.01 (at mu)"]
+
+
+def test_the_diagnostics_of_one_chain_print_nothing(capfd):
+    """ArviZ logs, not warns, that one chain is too few for r-hat, which the check skips for
+    one chain anyway: nothing reaches the terminal."""
+    # A length of its own: ArviZ logs each message once per process.
+    draws = np.random.default_rng(0).normal(size=(1, 457))
+    assert _stuck({"mu": draws}) == []
+    assert "Shape validation" not in capfd.readouterr().err
+
+
 # NumPyro's sampler compiles for 20 s; its warning comes from the same check as Pyro's.
 @pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_a_short_nuts_run_warns(blobs, backend):

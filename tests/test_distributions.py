@@ -320,6 +320,40 @@ def test_wishart_is_reparameterised_in_every_parameter():
     assert Wishart(3.0, scale_tril=jnp.eye(2)).has_rsample
 
 
+@partial(jax.jit, static_argnames=("wishart", "sample_shape"))
+def _wishart_draw(key, concentration, scale_tril, wishart, sample_shape):
+    # As numpyro.sample draws: through the base distribution (sample_with_intermediates).
+    draw, _ = wishart(concentration, scale_tril=scale_tril).sample_with_intermediates(
+        key, sample_shape
+    )
+    return draw
+
+
+def test_wishart_draws_in_the_dtype_of_its_parameters_and_float64_as_numpyro_does():
+    """Under JAX's x64 mode NumPyro's Wishart draws float64 whatever its parameters; the
+    zoo's keeps float32, and its float64 draws are NumPyro's to the bit."""
+    import numpyro.distributions as ndist
+
+    from zoo.distributions import Wishart
+
+    key = jax.random.PRNGKey(3)
+    concentration = jnp.array([3.5, 6.0])
+    scale_tril = jnp.array([[[1.0, 0.0], [0.3, 0.7]], [[2.0, 0.0], [-0.4, 0.5]]])
+    ours = _wishart_draw(key, concentration, scale_tril, Wishart, (3,))
+    numpyros = _wishart_draw(key, concentration, scale_tril, ndist.Wishart, (3,))
+    assert ours.dtype == jnp.float64 and ours.shape == (3, 2, 2, 2)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(numpyros))
+    # float32 draws are another random stream: they are checked against the Wishart's mean.
+    single = _wishart_draw(
+        key, concentration.astype(jnp.float32), scale_tril.astype(jnp.float32), Wishart, (20_000,)
+    )
+    assert single.dtype == jnp.float32 and single.shape == (20_000, 2, 2, 2)
+    draws = np.asarray(single, dtype=np.float64)
+    mean = np.asarray(concentration)[:, None, None] * np.asarray(scale_tril @ scale_tril.mT)
+    standard_error = draws.std(0) / np.sqrt(len(draws))
+    assert np.all(np.abs(draws.mean(0) - mean) < 4 * standard_error)
+
+
 def test_torch_wishart_draws_as_drawn():
     """torch's Wishart redraws (and warns about) positive-definite draws; the zoo's does not,
     and its draws have the Wishart's mean, df times the scale matrix, and gradients."""

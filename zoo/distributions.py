@@ -26,11 +26,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
 from jax.scipy.special import gammaln, logsumexp
-from numpyro.distributions import CategoricalLogits, Distribution, constraints
+from numpyro.distributions import (
+    CategoricalLogits,
+    Distribution,
+    TransformedDistribution,
+    constraints,
+)
 from numpyro.distributions import Normal as _NumPyroNormal
 from numpyro.distributions import Wishart as _NumPyroWishart
+from numpyro.distributions import WishartCholesky as _NumPyroWishartCholesky
 from numpyro.distributions.kl import kl_divergence
-from numpyro.distributions.transforms import AffineTransform, biject_to
+from numpyro.distributions.transforms import AffineTransform, CholeskyTransform, biject_to
 from numpyro.distributions.transforms import LowerCholeskyTransform as _LowerCholeskyTransformBase
 from numpyro.distributions.transforms import StickBreakingTransform as _StickBreakingTransformBase
 from numpyro.distributions.util import add_diag, clamp_probs, lazy_property, validate_sample
@@ -558,6 +564,30 @@ class StickBreakingCategorical(CategoricalLogits):
         raise NotImplementedError("The entropy of a defective distribution is not defined.")
 
 
+class _WishartCholesky(_NumPyroWishartCholesky):
+    """NumPyro's ``WishartCholesky``, drawing in the dtype of its parameters.
+
+    NumPyro's draws its Bartlett factor with no dtype, so float64 once JAX's 64-bit mode is on:
+    float32 parameters gave float64 draws. The same operations in the same order, each given the
+    parameters' dtype, so float64 draws are NumPyro's to the bit.
+    """
+
+    def sample(self, key, sample_shape=()):
+        # At least a float: a Python-number concentration is weakly typed and defers to the scale.
+        dtype = jnp.result_type(self.concentration, self.scale_tril, float)
+        rng_diag, rng_offdiag = random.split(key)
+        latent = jnp.zeros(sample_shape + self.batch_shape + self.event_shape, dtype=dtype)
+        p = self.event_shape[-1]
+        i = jnp.arange(p)
+        df = self.concentration[..., None] - i
+        chi2 = random.chisquare(rng_diag, df, latent.shape[:-1], dtype=dtype)
+        latent = latent.at[..., i, i].set(jnp.sqrt(chi2))
+        i, j = jnp.tril_indices(p, -1)
+        noise = random.normal(rng_offdiag, latent.shape[:-2] + (i.size,), dtype=dtype)
+        latent = latent.at[..., i, j].set(noise)
+        return jnp.matmul(*jnp.broadcast_arrays(self.scale_tril, latent))
+
+
 class Wishart(_NumPyroWishart):
     """``numpyro.distributions.Wishart`` with pathwise gradients in the concentration too.
 
@@ -565,6 +595,10 @@ class Wishart(_NumPyroWishart):
     reparameterised (implicit gradients), but does not list ``concentration`` among the
     reparameterised parameters, so ELBOs treat the site as non-reparameterisable and add
     score-function terms. Declaring it matches torch's ``Wishart`` (``has_rsample=True``).
+
+    Its draws are also in the dtype of its parameters with JAX's 64-bit mode on (as the
+    inference layer turns it on), where NumPyro's are float64 whatever the parameters; float64
+    draws are NumPyro's, bit for bit.
 
     Parameters
     ----------
@@ -594,6 +628,23 @@ class Wishart(_NumPyroWishart):
     """
 
     reparametrized_params = ["concentration", "scale_matrix", "rate_matrix", "scale_tril"]
+
+    def __init__(
+        self,
+        concentration,
+        scale_matrix=None,
+        rate_matrix=None,
+        scale_tril=None,
+        *,
+        validate_args=None,
+    ):
+        # NumPyro's __init__ with the dtype-keeping base: the Cholesky factor, then L L^T.
+        base_dist = _WishartCholesky(
+            concentration, scale_matrix, rate_matrix, scale_tril, validate_args=validate_args
+        )
+        TransformedDistribution.__init__(
+            self, base_dist, CholeskyTransform().inv, validate_args=validate_args
+        )
 
     @property
     def has_rsample(self) -> bool:

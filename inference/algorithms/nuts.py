@@ -261,6 +261,7 @@ class NUTSAlgorithm(Algorithm):
             options=options,
             seed=problem.seed,
             device=problem.device,
+            dtype=problem.dtype,
         )
         return NUTSState(NUTSBound(problem, options, engine), engine.init())
 

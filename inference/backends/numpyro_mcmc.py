@@ -6,6 +6,10 @@ compiled ``fori_loop`` of ``kernel.sample`` that records every iteration, so the
 can show progress and write checkpoints between chunks. The chunk's length is an argument of the
 compiled function, so every chunk (the last one shorter) runs the same compilation.
 
+A float32 run traces the kernel with JAX's 64-bit mode off (``traced_in_precision``, as float32
+SVI fits do): NumPyro makes its momenta, step sizes and mass matrices without a dtype, float64
+with the mode on, and mixing them with float32 positions fails to compile.
+
 Kernel states are NumPyro's ``HMCState`` pytrees, one per chain (``chain_method="sequential"``,
 chains run one after another, as ``MCMC`` runs them on one device) or one with a leading chain
 axis (``"vectorized"``, chains advanced together under ``vmap``). A state holds its own random
@@ -23,6 +27,7 @@ from numpyro.contrib.funsor import config_enumerate
 from numpyro.infer import NUTS, init_to_uniform, init_to_value
 
 from inference.algorithms.sampler_device import count_values, warn_if_cpu_faster
+from inference.backends.numpyro_backend import traced_in_precision
 
 #: What each iteration records besides the draws: ArviZ's names for NUTS's statistics.
 STATS = ("diverging", "acceptance_rate", "step_size", "n_steps", "lp", "energy")
@@ -49,11 +54,11 @@ class NUTSEngine:
 
     UNSAVEABLE = None  # its kernel states are array pytrees: checkpoints resume exactly
 
-    def __init__(self, model, data, config, *, init_sites, options, seed, device):
+    def __init__(self, model, data, config, *, init_sites, options, seed, device, dtype):
         # Discrete latent sites (a mixture's z) are summed out in the potential energy.
         bound = config_enumerate(functools.partial(model, data, config))
         init = init_to_uniform if init_sites is None else init_to_value(values=init_sites)
-        self.options, self.device, self.seed = options, device, seed
+        self.options, self.device, self.seed, self.dtype = options, device, seed, dtype
         self.vectorized = options.chain_method == "vectorized"
         self.data_size = count_values(data)
         self.latent_dim = None  # unconstrained latent values, known once the chains start
@@ -76,11 +81,14 @@ class NUTSEngine:
         # compilations, most of a small fit's time). Traced, it skips NumPyro's own check
         # that the start is valid, which check_start makes instead.
         start = jax.jit(
-            lambda key: self.kernel.init(key, num_warmup, model_args=(), model_kwargs={})
+            traced_in_precision(
+                lambda key: self.kernel.init(key, num_warmup, model_args=(), model_kwargs={}),
+                self.dtype,
+            )
         )
         states = start(keys) if self.vectorized else [start(k) for k in keys]
         check_start(states)
-        self._chunk = jax.jit(self._make_chunk())
+        self._chunk = jax.jit(traced_in_precision(self._make_chunk(), self.dtype))
         one = states if self.vectorized else states[0]
         self.latent_dim = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(one.z))
         if self.vectorized:
@@ -117,6 +125,9 @@ class NUTSEngine:
                 buffers = jax.tree.map(lambda b, r: b.at[i].set(r), buffers, record(state))
                 return state, buffers
 
+            # JAX's default integer inside the trace: a float32 run traces with 32-bit integers
+            # (64-bit mode off) but is handed its length as a 64-bit one.
+            length = jnp.asarray(length, dtype=int)
             return jax.lax.fori_loop(0, length, body, (state, buffers))
 
         return chunk

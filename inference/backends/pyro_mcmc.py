@@ -26,20 +26,39 @@ from inference.algorithms.sampler_device import count_values, warn_if_cpu_faster
 
 class _CountingNUTS(NUTS):
     """Pyro's NUTS, recording what each iteration did for the run's sample statistics: the
-    number of leapfrog steps (Pyro builds one base tree per step) and the acceptance
-    probability (recovered from Pyro's running mean of it)."""
+    number of leapfrog steps (Pyro builds one base tree per step), the acceptance probability
+    (recovered from Pyro's running mean of it) and the Hamiltonian (potential plus kinetic
+    energy) of the draw, as NumPyro's ``energy``."""
+
+    def _sample_r(self, name):
+        r, r_unscaled = super()._sample_r(name)
+        # Where the trajectory starts: the draw's Hamiltonian if no leaf is accepted. Pyro's
+        # sample computes this value too (energy_current) but keeps it to itself.
+        self.energy = self._potential_energy_last + self._kinetic_energy(r_unscaled)
+        return r, r_unscaled
 
     def _build_basetree(self, *args, **kwargs):
         self.leapfrog_steps += 1
-        return super()._build_basetree(*args, **kwargs)
+        leaf = super()._build_basetree(*args, **kwargs)
+        # Pyro's tree hands on the chosen leaf's position but not its momentum: keep each
+        # leaf's Hamiltonian with its position, found again by identity once one is chosen.
+        kinetic = self._kinetic_energy(leaf.r_right_unscaled)  # at the mass matrix of the step
+        self._leaves.append((leaf.z_proposal, leaf.z_proposal_pe + kinetic))
+        return leaf
 
     def sample(self, params):
-        self.leapfrog_steps = 0
+        self.leapfrog_steps, self._leaves = 0, []
+        self.energy = float("nan")  # no latent sites: no trajectory
         n = self._t + 1 - (self._warmup_steps if self._t >= self._warmup_steps else 0)
         before = self._mean_accept_prob
         params = super().sample(params)
         # Pyro updates mean <- mean + (p - mean) / n, restarting n after the warm-up.
         self.accept_prob = before + (self._mean_accept_prob - before) * n
+        # Pyro caches the position it moved to, the very object its chosen leaf made.
+        for position, energy in self._leaves:
+            if position is self._z_last:
+                self.energy = energy
+        self._leaves = []
         return params
 
 
@@ -54,7 +73,9 @@ class NUTSEngine:
         "without checkpoint=."
     )
 
-    def __init__(self, model, data, config, *, init_sites, options, seed, device):
+    def __init__(self, model, data, config, *, init_sites, options, seed, device, dtype):
+        # dtype is not needed: the torch model computes in the dtype of the tensors it is given.
+        del dtype
         self.model = config_enumerate(lambda: model(data, config))
         self.init_sites = init_sites
         self.options, self.seed, self.device = options, seed, device
@@ -118,6 +139,7 @@ class NUTSEngine:
             "step_size": float(kernel.step_size),
             "n_steps": kernel.leapfrog_steps,
             "lp": -float(kernel._potential_energy_last),
+            "energy": float(kernel.energy),
         }
         return params, sites, stats
 
