@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inference import accuracy
+from inference import accuracy, convergence
 from inference.algorithm import ignores
 from inference.algorithms import closed_form, svi
 from inference.api import check_flag, fit, model_options
@@ -43,6 +43,17 @@ class Comparison:
         a sampler its chains x iterations per chain, warm-up included (``"4 x 1000"``).
     results : list of FitResult
         The runs, in the order of ``rows``.
+    reference : FitResult or None
+        The fit the accuracy columns are measured against: the one given as ``reference=``,
+        the comparison's own run of the sampler named, or the sampler's fit that
+        :func:`compare` made itself (its diagnostics: ``reference.converged``,
+        ``inference.convergence.draw_problems(reference)``); None without a reference or with
+        ``reference="exact"``.
+    reference_s : float
+        Seconds spent on the reference posterior outside the rows: the fit :func:`compare`
+        made of it, where no run of the table is that fit, and its draws; 0 without a
+        reference. With the rows' ``setup_s``, ``wall_time_s`` and ``evaluation_s`` it adds up
+        to the time the call took.
 
     Examples
     --------
@@ -61,6 +72,8 @@ class Comparison:
 
     rows: list[dict]
     results: list = field(repr=False)
+    reference: object = field(default=None, repr=False)
+    reference_s: float = 0.0
 
     #: The columns of every table, each a ``(name, format)`` pair.
     COLUMNS = (
@@ -234,6 +247,9 @@ class Comparison:
             (r, res) for r, res in zip(self.rows, self.results, strict=True) if r["model"] == model
         ]
         runs = [(r, res) for r, res in runs if np.isfinite(r["objective_per_point"])]
+        if not runs:
+            _no_objective(ax)
+            return
         best = max(r["objective_per_point"] for r, _ in runs)
         lowest = best
         for row, res in runs:
@@ -260,6 +276,24 @@ class Comparison:
         objectives = sorted({row["objective"] for row, _ in runs})
         ax.set_ylabel(f"{' / '.join(objectives)} per point (nats)")
         ax.legend(fontsize=8)
+
+
+def _no_objective(ax):
+    """A panel with no finite objective to draw (its runs are samplers, which ascend none)
+    says so, rather than standing empty or failing the whole figure."""
+    ax.text(
+        0.5,
+        0.5,
+        "No curve: no run of this model has an objective\n"
+        "(a sampler, such as NUTS, ascends none; the table holds\n"
+        "its held-out log predictive and accuracy).",
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        fontsize=9,
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
 
 
 def _time_after_warmup(res):
@@ -345,6 +379,10 @@ def compare(
           ``algorithms`` has none;
         - a :class:`~inference.FitResult` of this model on these data (e.g. a longer NUTS
           run).
+
+        The sampler's fit is kept as :attr:`Comparison.reference`; one whose chains fail their
+        diagnostics (r-hat, bulk ESS, divergences) is warned about with a
+        :class:`~inference.ConvergenceWarning`, as every run's accuracy is measured against it.
     progress : bool
         Show a progress bar per run on stderr, one line each, naming the run and its place
         (``svi enum numpyro seed 0 (3/8)``), as :func:`fit` shows its own: on a terminal or in
@@ -358,7 +396,8 @@ def compare(
     -------
     Comparison
         One row per run (``rows``, dicts) and the runs' :class:`~inference.FitResult`
-        objects (``results``), in the same order; ``print(comparison)`` shows a markdown
+        objects (``results``), in the same order, with the reference's fit and the seconds
+        spent on it (``reference``, ``reference_s``); ``print(comparison)`` shows a markdown
         table.
 
     Raises
@@ -456,15 +495,20 @@ def compare(
         rows.append(_row((alg, target, backend, guide), seed, res, data, test_data, num_samples))
         results.append(res)
     _add_time_to_target(rows, results)
+    comparison = Comparison(rows=rows, results=results)
     if reference is not None:
-        ref_draws = _reference_draws(
+        started = time.perf_counter()
+        comparison.reference = _reference_fit(
             reference, spec, data, rows, results, backends, options, progress
         )
+        _warn_if_unconverged(comparison.reference)
+        ref_draws = _reference_draws(comparison.reference, spec, data, options)
+        comparison.reference_s = time.perf_counter() - started
         for row, res in zip(rows, results, strict=True):
             started = time.perf_counter()
             row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
             row["evaluation_s"] += time.perf_counter() - started
-    return Comparison(rows=rows, results=results)
+    return comparison
 
 
 def _finite_or_none(value):
@@ -786,28 +830,60 @@ def _model_options_of(spec, options) -> dict:
     return {k: v for k, v in options.items() if k in model_options(spec)}
 
 
-def _reference_draws(reference, spec, data, rows, results, backends, options, progress):
-    """Draws of the reference posterior, as ``sample_posterior`` names them."""
+def _reference_fit(reference, spec, data, rows, results, backends, options, progress):
+    """The fit that gives the reference posterior: the one given, or for a sampler's name the
+    comparison's own run of it, else a new one; None for the exact posterior."""
+    if reference == "exact" or not isinstance(reference, str):
+        return None if reference == "exact" else reference
+    runs = [
+        res for row, res in zip(rows, results, strict=True)
+        if row["algorithm"] == reference and row["model"] == spec.name
+    ]  # fmt: skip
+    if runs:
+        return runs[0]
     model_opts = _model_options_of(spec, options)
-    if reference == "exact":
-        given, config = _data_and_config(spec, data, options)
-        rng = np.random.default_rng(0)
-        raw = spec.exact_posterior(given, config)
-        return spec.sample_posterior(raw, config, "exact", rng, REFERENCE_DRAWS)
-    if isinstance(reference, str):  # a sampler: its run in this comparison, else a new one
-        runs = [
-            res for row, res in zip(rows, results, strict=True)
-            if row["algorithm"] == reference and row["model"] == spec.name
-        ]  # fmt: skip
-        if runs:
-            reference = runs[0]
-        else:
-            run_opts = {k: v for k, v in options.items() if k in ("init", "dtype", "device")}
-            with labelled_bar(f"{reference} {backends[0]} (the reference)"):
-                reference = fit(
-                    spec, data, reference, backends[0], progress=progress, **model_opts, **run_opts
-                )
-    return reference.sample_posterior(num_samples=REFERENCE_DRAWS)
+    run_opts = {k: v for k, v in options.items() if k in ("init", "dtype", "device")}
+    with labelled_bar(f"{reference} {backends[0]} (the reference)"):
+        return fit(spec, data, reference, backends[0], progress=progress, **model_opts, **run_opts)
+
+
+def _warn_if_unconverged(reference) -> None:
+    """A sampler's reference whose chains failed their diagnostics is warned about: every
+    run's accuracy is measured against it, so its own errors show up as theirs."""
+    problems = _reference_problems(reference)
+    if problems:
+        warnings.warn(
+            f"The accuracy columns are measured against a reference posterior "
+            f"({reference.algorithm} on {reference.backend}) whose chains have not converged: "
+            f"{'; '.join(problems)}. Its errors count as every run's: sample it longer "
+            "(num_warmup, num_draws) or with more chains, and compare again with it.",
+            convergence.ConvergenceWarning,
+            stacklevel=3,
+        )
+
+
+def _reference_problems(reference) -> list[str]:
+    """What fails in the diagnostics of a sampler's reference, each in a phrase; empty for
+    chains that passed them, and for the exact posterior or a fit of another algorithm (its
+    ``converged`` says nothing where it was run with ``tol=0``, a fixed number of steps)."""
+    if reference is None or reference.converged:
+        return []
+    alg = get_algorithm(reference.algorithm)
+    if alg.traits.estimate != "draws":
+        return []
+    diagnose = getattr(alg, "diagnose", convergence.draw_problems)  # older: the algorithm's
+    return diagnose(reference) or ["its chains failed their diagnostics"]
+
+
+def _reference_draws(reference, spec, data, options):
+    """Draws of the reference posterior, as ``sample_posterior`` names them: of the model's
+    exact posterior where ``reference`` is None, else of the fit."""
+    if reference is not None:
+        return reference.sample_posterior(num_samples=REFERENCE_DRAWS)
+    given, config = _data_and_config(spec, data, options)
+    rng = np.random.default_rng(0)
+    raw = spec.exact_posterior(given, config)
+    return spec.sample_posterior(raw, config, "exact", rng, REFERENCE_DRAWS)
 
 
 def _accuracy(res, ref_draws, spec, num_samples, seed) -> dict:

@@ -662,9 +662,11 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
 
 def fresh_elbo(result, data, num_particles: int) -> float:
     """A fresh Monte-Carlo ELBO of a fitted SVI run with its own guide, in nats (sum over
-    points)."""
+    points), whatever bound the run was trained with."""
     # The record holds the objective the fit used (``_objective``: the mean-field one for a
-    # closed-form-KL guide), so the fresh ELBO is the same estimator.
-    elbo = result.options.get("elbo", "trace")
+    # closed-form-KL guide). A mean-field run keeps it: the same ELBO, its KL taken exactly.
+    # An importance-weighted run does not: its bound with ``num_particles`` samples lies above
+    # the ELBO, and would rank the run above runs whose ELBO is higher.
+    elbo = "meanfield" if result.options.get("elbo") == "meanfield" else "trace"
     engine = _evaluation_engine(result, data, result.guide, elbo, result.seed)
     return engine.elbo(engine.initial_state(), num_particles=num_particles, seed=result.seed)
