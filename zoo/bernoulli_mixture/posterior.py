@@ -37,9 +37,25 @@ def sites_from_params(params, config) -> dict:
 
 
 def component_log_likelihood(probs, x):
-    """(N, K) ``log p(x_n | probs_k) = x @ log(probs).T + (1 - x) @ log(1 - probs).T``."""
+    """(N, K) ``log p(x_n | probs_k) = x @ log(probs).T + (1 - x) @ log(1 - probs).T``.
+
+    A pixel probability of exactly 0 or 1 (a fit without a prior can reach one) adds 0 where the
+    pixel agrees with it and -inf where it does not, rather than NaN (0 * -inf).
+    """
     x = np.asarray(x, dtype=float)
-    return x @ np.log(probs).T + (1.0 - x) @ np.log1p(-probs).T
+    probs = np.asarray(probs)
+    at_zero, at_one = probs == 0, probs == 1
+    # log 1 = 0 stands in for the terms a pixel's own value leaves out, so the products stay
+    # finite; entries strictly inside (0, 1) are computed exactly as before.
+    out = (
+        x @ np.log(np.where(at_zero, 1, probs)).T
+        + (1.0 - x) @ np.log1p(-np.where(at_one, 0, probs)).T
+    )
+    edge = np.flatnonzero((at_zero | at_one).any(axis=1))
+    if edge.size:  # components with a 0 or 1: -inf where a pixel contradicts one
+        impossible = (x != 0) @ at_zero[edge].T | (x != 1) @ at_one[edge].T
+        out[:, edge] = np.where(impossible, -np.inf, out[:, edge])
+    return out
 
 
 def mixture_log_likelihood(weights, probs, x):

@@ -8,8 +8,11 @@ from zoo.bayesian_gmm.posterior import log_likelihood  # noqa: F401  (same mixtu
 
 
 def sample_posterior(params, config, family, rng, num_samples):
-    """``num_samples`` copies of the fitted parameters (EM's posterior is a point)."""
-    tril = params["scale_tril"]
+    """``num_samples`` copies of the fitted parameters (EM's posterior is a point); ``precisions``
+    in float64, as :mod:`zoo.bayesian_gmm` draws them, ``weights`` and ``means`` as fitted."""
+    # In float64 whatever the fit's dtype: a nearly singular covariance loses its precision's
+    # accuracy to float32 rounding, in the inverse and again in a float32 copy of its result.
+    tril = np.asarray(params["scale_tril"], dtype=np.float64)
     precision = np.linalg.inv(tril @ np.swapaxes(tril, -1, -2))
     S = int(num_samples)
     return {
