@@ -399,6 +399,7 @@ def test_pyro_jit_computes_the_uncompiled_fit(data, attention):
         np.testing.assert_array_equal(compiled.raw_params[name], value, err_msg=name)
 
 
+@pytest.mark.slow  # three NumPyro fits, mostly compiling
 def test_a_resumed_fit_may_be_extended(tmp_path, data):
     """The KL warm-up is fixed in steps, not spread over the fit: more steps on resume give
     the fit an uninterrupted run of the new length gives."""

@@ -108,6 +108,7 @@ def test_second_fit_compiles_nothing():
     assert counter.count == 0
 
 
+@pytest.mark.slow  # compiles the Bayesian GMM three times (the cache tests below load it)
 def test_data_and_config_values_are_arguments():
     """Other data of the same shape (and so other prior arrays, ``mean_prior`` from the data's
     mean) reuse the compilation and fit those data, not the first fit's."""
@@ -152,6 +153,7 @@ def test_closed_form_fits_compile_their_start_and_steps_once_per_structure(model
         np.testing.assert_array_equal(fresh.raw_params[name], reused.raw_params[name], name)
 
 
+@pytest.mark.slow  # compiles the Bayesian GMM for each structure
 def test_other_structure_compiles_again():
     data = small_data()
     svi(data, seed=0)

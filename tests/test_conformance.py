@@ -11,6 +11,9 @@ from inference.tools import conformance
 from zoo import testing
 
 MODELS = zoo.list_models()
+#: Short fits that are mostly compilation, run with the slow tests (their Pyro twins stay in the
+#: default run).
+SLOW_RUNS = {("bayesian_gmm", "svi", "numpyro"), ("bayesian_gmm", "nuts", "numpyro")}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -31,7 +34,7 @@ def test_twins_guides_are_the_same_distribution(name):
 @pytest.mark.parametrize(
     "name,algorithm,backend",
     [
-        (m, a, b)
+        pytest.param(m, a, b, marks=pytest.mark.slow) if (m, a, b) in SLOW_RUNS else (m, a, b)
         for m in MODELS
         for a, b in conformance.supported_runs(zoo.get_model(m, check=False))
     ],

@@ -329,6 +329,7 @@ def _wishart_draw(key, concentration, scale_tril, wishart, sample_shape):
     return draw
 
 
+@pytest.mark.slow  # compiles three Wishart samplers (Gamma rejection loops)
 def test_wishart_draws_in_the_dtype_of_its_parameters_and_float64_as_numpyro_does():
     """Under JAX's x64 mode NumPyro's Wishart draws float64 whatever its parameters; the
     zoo's keeps float32, and its float64 draws are NumPyro's to the bit."""

@@ -108,6 +108,7 @@ def test_every_result_records_the_hamiltonian_of_its_draws(brief_regression_nuts
     assert np.all(np.isfinite(az.bfmi(stats["energy"])))
 
 
+@pytest.mark.slow  # mostly compiling the kernel
 def test_a_float32_numpyro_run_samples_in_float32():
     """NumPyro makes its momenta and step sizes in JAX's default float, float64 with the 64-bit
     mode the zoo turns on, which float32 positions (a Wishart's Cholesky factor) failed to
