@@ -169,3 +169,23 @@ def test_global_latents_take_the_whole_datas_bound_and_minibatches_warn(backend)
         ):
             value(scaled, 80)
             assert value(scaled, 80) == pytest.approx(value(renyi, 80), rel=1e-6)
+
+
+def test_a_guide_without_reparameterised_draws_is_refused():
+    import pyro
+    import pyro.distributions as dist
+    import torch
+
+    from inference.backends.pyro_importance import ImportanceWeightedELBO
+
+    def model(x):
+        with zoo.plates.pyro_data_plate(len(x), None):
+            z = pyro.sample("z", dist.Bernoulli(0.5))
+            pyro.sample("x", dist.Normal(z, 1.0), obs=x)
+
+    def guide(x):
+        with zoo.plates.pyro_data_plate(len(x), None):
+            pyro.sample("z", dist.Bernoulli(0.3))
+
+    with pytest.raises(NotImplementedError, match=r"reparameterised guide; its site 'z'"):
+        ImportanceWeightedELBO(2).loss(model, guide, torch.zeros(4))

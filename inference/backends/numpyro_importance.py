@@ -18,9 +18,9 @@ from numpyro.infer import RenyiELBO
 from numpyro.infer.elbo import ELBO
 
 from inference.backends.sites import (
+    check_reparameterised,
     data_plate_log_prob,
     data_plate_scale,
-    draws,
     splits_by_row,
 )
 
@@ -59,12 +59,7 @@ class ImportanceWeightedELBO(ELBO):
             structure["scale"] = data_plate_scale(sites)
             if not structure["by_row"]:
                 return jax.numpy.zeros(())  # unused: the whole data's bound is taken
-            for site in draws(guide_trace.values()):
-                if not site["fn"].has_rsample:
-                    raise NotImplementedError(
-                        f"elbo='iwae' needs a reparameterised guide; its site {site['name']!r} "
-                        f"({type(site['fn']).__name__}) has no rsample."
-                    )
+            check_reparameterised(guide_trace.values())
             return data_plate_log_prob(sites) - data_plate_log_prob(guide_trace.values())
 
         weights = jax.vmap(log_weights)(jax.random.split(rng_key, self.num_particles))

@@ -19,9 +19,9 @@ from pyro import poutine
 from pyro.infer import RenyiELBO
 
 from inference.backends.sites import (
+    check_reparameterised,
     data_plate_log_prob,
     data_plate_scale,
-    draws,
     splits_by_row,
 )
 
@@ -63,12 +63,7 @@ class ImportanceWeightedELBO:
             self._by_row = splits_by_row(sites)
             if not self._by_row:
                 return None
-        for site in draws(guide_trace.nodes.values()):
-            if not site["fn"].has_rsample:
-                raise NotImplementedError(
-                    f"elbo='iwae' needs a reparameterised guide; its site {site['name']!r} "
-                    f"({type(site['fn']).__name__}) has no rsample."
-                )
+        check_reparameterised(guide_trace.nodes.values())
         log_weights = data_plate_log_prob(sites) - data_plate_log_prob(guide_trace.nodes.values())
         per_row = torch.logsumexp(log_weights, dim=0) - math.log(self.num_particles)
         return data_plate_scale(sites) * per_row.sum()

@@ -27,6 +27,17 @@ def global_latents(sites) -> list[str]:
     ]
 
 
+def check_reparameterised(guide_sites) -> None:
+    """``NotImplementedError`` for a guide draw without ``rsample``: the importance-weighted
+    bound is differentiated through the draws."""
+    for site in draws(guide_sites):
+        if not site["fn"].has_rsample:
+            raise NotImplementedError(
+                f"elbo='iwae' needs a reparameterised guide; its site {site['name']!r} "
+                f"({type(site['fn']).__name__}) has no rsample."
+            )
+
+
 def data_plate_scale(sites) -> float:
     """The scale of the ``data`` plate's log-densities: ``num_data / rows`` on a minibatch, 1 on
     the whole data (the scale of its first site; the plate scales them all alike)."""

@@ -121,12 +121,11 @@ def check_new_file(flag: str, path: str, inputs=()) -> None:
     if reason:
         raise ValueError(f"argument {flag}: {path!r}: {reason}.")
     for given in inputs:
-        if given is not None and os.path.exists(path) and os.path.exists(given):
-            if os.path.samefile(path, given):
-                raise ValueError(
-                    f"argument {flag}: {path!r} is the file this command reads ({given!r}); "
-                    "writing there would replace it. Name another file."
-                )
+        if given is not None and same_file(path, given):
+            raise ValueError(
+                f"argument {flag}: {path!r} is the file this command reads ({given!r}); "
+                "writing there would replace it. Name another file."
+            )
 
 
 def same_file(path: str, other: str) -> bool:
