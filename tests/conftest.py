@@ -146,3 +146,33 @@ def compiled_calls(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", counting_compile)
     return calls
+
+
+@pytest.fixture
+def fit_options(monkeypatch):
+    """The options ``zoo fit`` passes to ``inference.fit``: the command line's ``fit`` becomes a
+    recorder that fills this dict and stops with ``ValueError("stop here")``, so a test reads
+    what was parsed without fitting."""
+    from inference.tools import cli
+
+    given = {}
+
+    def recording_fit(*args, **options):
+        given.update(options)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(cli, "fit", recording_fit)
+    return given
+
+
+@pytest.fixture
+def no_fit(monkeypatch):
+    """For input the command line must refuse before any work: its ``fit`` and ``compare`` fail
+    the test if they are called."""
+    from inference.tools import cli
+
+    def started(*args, **kwargs):
+        raise AssertionError("the input should have been refused before fitting")
+
+    monkeypatch.setattr(cli, "fit", started)
+    monkeypatch.setattr(cli, "compare", started)

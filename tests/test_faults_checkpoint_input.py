@@ -14,7 +14,6 @@ import zoo
 from inference.persistence import checkpoint
 from inference.persistence.checkpoint import CheckpointError
 from inference.persistence.checkpoint_guard import LOCK_SUFFIX, exclusive
-from inference.tools import cli
 from inference.tools.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -150,13 +149,6 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _no_fit(monkeypatch):
-    def started(*args, **kwargs):
-        raise AssertionError("the input should have been refused before fitting")
-
-    monkeypatch.setattr(cli, "fit", started)
-
-
 def _other_names(folder):
     """Other names of ``run.zoo``, which need not exist yet: itself, another spelling and a
     symbolic link to it."""
@@ -167,14 +159,11 @@ def _other_names(folder):
 
 @pytest.mark.parametrize("exists", [False, True], ids=["new", "existing"])
 @pytest.mark.parametrize("spelling", ["same", "dotted", "symlink"])
-def test_save_naming_the_checkpoint_is_refused_up_front(
-    workdir, capsys, monkeypatch, spelling, exists
-):
+def test_save_naming_the_checkpoint_is_refused_up_front(workdir, capsys, no_fit, spelling, exists):
     """The fit is saved after its last checkpoint: over it, the run could not be resumed."""
     save = _other_names(workdir)[spelling]
     if exists:
         _fit(np.load(workdir / "x.npy"), workdir / "run.zoo", num_steps=2)
-    _no_fit(monkeypatch)
     argv = ["fit", "gmm", "--data", "x.npy", "--checkpoint", "run.zoo", "--save", save]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -183,10 +172,9 @@ def test_save_naming_the_checkpoint_is_refused_up_front(
         assert not (workdir / "run.zoo").exists()
 
 
-def test_a_hard_link_to_the_checkpoint_is_refused_as_save(workdir, capsys, monkeypatch):
+def test_a_hard_link_to_the_checkpoint_is_refused_as_save(workdir, capsys, no_fit):
     _fit(np.load(workdir / "x.npy"), workdir / "run.zoo", num_steps=2)
     os.link(workdir / "run.zoo", workdir / "hard.zoo")
-    _no_fit(monkeypatch)
     argv = ["fit", "gmm", "--checkpoint", "run.zoo", "--save", "hard.zoo"]
     assert main(argv) == 2
     assert "is the file --checkpoint names" in capsys.readouterr().err
@@ -209,28 +197,16 @@ def test_save_next_to_the_checkpoint_writes_both(workdir, capsys):
         ["--checkpoint=[1]"],
     ],
 )
-def test_a_checkpoint_name_is_taken_as_typed(capsys, monkeypatch, argv):
+def test_a_checkpoint_name_is_taken_as_typed(capsys, fit_options, argv):
     """A file named null is that file, not no checkpoint; one named 100 is not a number."""
-    given = {}
-
-    def fit(*args, **options):
-        given.update(options)
-        raise ValueError("stop here")
-
-    monkeypatch.setattr(cli, "fit", fit)
+    given = fit_options
     assert main(["fit", "gmm", *argv]) == 2
     typed = argv[-1].partition("=")[2] if "=" in argv[-1] else argv[-1]
     assert given["checkpoint"] == typed
 
 
-def test_the_other_run_options_are_still_read_as_values(capsys, monkeypatch):
-    given = {}
-
-    def fit(*args, **options):
-        given.update(options)
-        raise ValueError("stop here")
-
-    monkeypatch.setattr(cli, "fit", fit)
+def test_the_other_run_options_are_still_read_as_values(capsys, fit_options):
+    given = fit_options
     argv = ["--checkpoint", "run.zoo", "--checkpoint-every", "5", "--resume", "true"]
     assert main(["fit", "gmm", *argv, "--dtype", "float32"]) == 2
     assert given["checkpoint_every"] == 5 and given["resume"] is True
@@ -252,9 +228,8 @@ def test_a_checkpoint_named_as_a_number_is_written_under_that_name(workdir, caps
     ],
 )
 def test_checkpoint_options_without_a_checkpoint_are_said_in_the_shells_words(
-    capsys, monkeypatch, argv, said
+    capsys, no_fit, argv, said
 ):
-    _no_fit(monkeypatch)
     assert main(["fit", "gmm", *argv]) == 2
     err = capsys.readouterr().err
     assert f"zoo: error: {said}" in err and "=" not in err

@@ -162,14 +162,11 @@ CASES = [
 @pytest.mark.parametrize(
     "argv, names, before_fit", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_bad_input_is_one_clear_line(workdir, capsys, monkeypatch, argv, names, before_fit):
+def test_bad_input_is_one_clear_line(
+    workdir, capsys, monkeypatch, request, argv, names, before_fit
+):
     if before_fit:
-
-        def started(*args, **kwargs):
-            raise AssertionError("the input should have been refused before fitting")
-
-        monkeypatch.setattr(cli, "fit", started)
-        monkeypatch.setattr(cli, "compare", started)
+        request.getfixturevalue("no_fit")
     _deny_writes_to(monkeypatch, workdir / "locked")
     before = _snapshot(workdir)
     status = main(argv)
@@ -317,11 +314,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
         ["--K=2", "--K", "2"],
     ],
 )
-def test_an_option_given_twice_is_refused(capsys, monkeypatch, given):
-    def started(*args, **kwargs):
-        raise AssertionError("the options should have been refused before fitting")
-
-    monkeypatch.setattr(cli, "fit", started)
+def test_an_option_given_twice_is_refused(capsys, no_fit, given):
     assert main(["fit", "gmm", *given]) == 2
     err = capsys.readouterr().err
     assert "zoo: error: option 'K' is given twice" in err and "Traceback" not in err
@@ -362,16 +355,10 @@ def test_a_close_miss_is_answered_with_a_suggestion(capsys, argv, suggestion):
     assert "zoo: error:" in err and suggestion in err
 
 
-def test_option_values_read_as_the_help_writes_them(capsys, monkeypatch):
+def test_option_values_read_as_the_help_writes_them(capsys, fit_options):
     """--option NAME=VALUE takes dashes as --NAME VALUE does, and a value reads as JSON, else as
     a Python literal (True, a tuple as the help shows a default), else as a string."""
-    given = {}
-
-    def fit(*args, **options):
-        given.update(options)
-        raise ValueError("stop here")
-
-    monkeypatch.setattr(cli, "fit", fit)
+    given = fit_options
     argv = ["fit", "vae", "--option", "dynamic-binarization=True", "--hidden", "(8, 8)"]
     assert main([*argv, "--activation", "relu", "--latent-dim", "2"]) == 2
     assert given["dynamic_binarization"] is True and given["hidden"] == (8, 8)
@@ -392,16 +379,10 @@ def test_a_flag_given_as_an_option_is_answered_with_the_flag(capsys, argv, said)
     assert said in capsys.readouterr().err
 
 
-def test_a_string_that_reads_as_a_number_in_python_stays_a_string(capsys, monkeypatch):
+def test_a_string_that_reads_as_a_number_in_python_stays_a_string(capsys, fit_options):
     """Only Python's True, False, None and bracketed literals are read as Python: a checkpoint
     named 2024_11_29 or a value 1,2 stays as typed."""
-    given = {}
-
-    def fit(*args, **options):
-        given.update(options)
-        raise ValueError("stop here")
-
-    monkeypatch.setattr(cli, "fit", fit)
+    given = fit_options
     assert main(["fit", "gmm", "--checkpoint", "2024_11_29", "--init", "1,2"]) == 2
     assert given["checkpoint"] == "2024_11_29" and given["init"] == "1,2"
     # Numbers as people type them, which JSON does not read, are numbers.
