@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from inference import convergence
 from inference.algorithm import Algorithm, progress_text, rule_start, state_fact
 from inference.backends import tree_codec
-from inference.persistence import checkpoint, saved_fit, state_tree
+from inference.persistence import checkpoint, checkpoint_header, saved_fit, state_tree
 from inference.streaming import DataError
 
 RUNNING_MEAN_STEPS = 100
@@ -448,6 +448,9 @@ def restore(path, header, alg, state, validation=None, stream=None):
         what = "a saved fit" if saved.get("kind") == "fit_result" else repr(saved.get("kind"))
         raise checkpoint.CheckpointError(f"{path!r} is {what}, not a checkpoint to resume.")
     _check_run_record(path, saved, arrays)
+    # init=None and the start it stands for are one start (older files: None as written).
+    saved = checkpoint_header.with_default_init(saved, header.get("default_init"))
+    header = checkpoint_header.with_default_init(header, header.get("default_init"))
     if "num_steps" not in header.get("options", {}):  # an extendable run (older files record it)
         saved["options"] = {k: v for k, v in saved.get("options", {}).items() if k != "num_steps"}
     for key in (
@@ -478,8 +481,9 @@ def restore(path, header, alg, state, validation=None, stream=None):
             if key == "config_fingerprint" and "config" in saved:  # name the fields
                 what, there, here = "model config", saved["config"], header.get("config")
             raise checkpoint.CheckpointError(
-                f"Checkpoint {path!r} was written by another run; its {what} does not match "
-                f"this run's: {_differences(there, here)}."
+                f"Checkpoint {path!r} was written by another run; its {what} "
+                f"{'do' if what == 'options' else 'does'} not match this run's: "
+                f"{_differences(there, here)}."
             )
     history = {
         k[len("history/") :]: arrays.pop(k).tolist()

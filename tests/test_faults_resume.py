@@ -81,9 +81,26 @@ def test_starting_arrays_added_or_removed_are_refused(tmp_path, x, responsibilit
     with_init, without = tmp_path / "with.zoo", tmp_path / "without.zoo"
     _fit(x, backend, with_init, init=responsibilities)
     _fit(x, backend, without)
-    _refused(x, backend, with_init, "options does not match .*init: 'array' there, None here")
-    _refused(x, backend, without, "options does not match .*init: None there, 'array' here",
+    # No init is the start it stands for, k-means, in the message.
+    _refused(x, backend, with_init, "options do not match .*init: 'array' there, 'kmeans' here")
+    _refused(x, backend, without, "options do not match .*init: 'kmeans' there, 'array' here",
              init=responsibilities)  # fmt: skip
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["", "older-file"])
+@pytest.mark.parametrize("first, then", [(None, "kmeans"), ("kmeans", None)])
+def test_no_init_and_the_start_it_stands_for_resume_each_other(tmp_path, x, first, then, older):
+    """A mixture given no init starts from k-means: a run given init="kmeans" is the same run."""
+    path = tmp_path / "run.zoo"
+    _fit(x, "pyro", path, init=first)
+    if older:  # as written before the default start was recorded
+        _rewrite_header(path, lambda header: header.pop("default_init"))
+    resumed = _fit(x, "pyro", path, num_steps=4, resume=True, init=then)
+    whole = _fit(x, "pyro", None, num_steps=4, init=first)
+    np.testing.assert_array_equal(resumed.history["step"], [1, 2, 3, 4])
+    assert resumed.objective == whole.objective
+    _refused(x, "pyro", path, "options do not match .*init: 'kmeans' there, 'random' here",
+             init="random")  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -189,7 +189,7 @@ def test_resume_refuses_another_seed_and_names_what_differs(tmp_path, gmm_data):
         CheckpointError, match="its seed does not match this run's: 1 there, 2 here"
     ):
         _cavi(gmm_data, num_steps=10, tol=0.0, checkpoint=path, resume=True, seed=2)
-    with pytest.raises(CheckpointError, match="init: None there, 'random' here"):
+    with pytest.raises(CheckpointError, match="init: 'kmeans' there, 'random' here"):
         _cavi(gmm_data, num_steps=10, tol=0.0, checkpoint=path, resume=True, seed=1, init="random")
     with pytest.raises(ValueError, match="resume=True needs checkpoint"):
         _cavi(gmm_data, num_steps=10, resume=True)

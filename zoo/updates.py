@@ -49,6 +49,8 @@ OBJECTIVES = {
     "log_joint": "point",  # EM on the log joint: maximum a posteriori
 }
 STARTS = ("data", "responsibilities")
+#: How a mixture's initial responsibilities are made when ``init`` is None.
+DEFAULT_INIT = "kmeans"
 
 
 @dataclass(frozen=True)
@@ -117,12 +119,17 @@ class ClosedFormUpdates:
 
     # --- what the inference layer calls ---------------------------------------------------------
 
+    @property
+    def default_init(self) -> str | None:
+        """The start ``init=None`` stands for: ``DEFAULT_INIT`` for a mixture, else None."""
+        return DEFAULT_INIT if self.start == "responsibilities" else None
+
     def initial_point(self, spec_name: str, data: dict, config, init, seed: int):
         """What the updates start from, in numpy: a mixture's initial responsibilities (``init``:
         ``"kmeans"``, the default, ``"random"``, ``"random_from_data"`` or an (N, K) array), or
         None for a model that starts from its own point (then ``init`` must be None)."""
         if self.start == "responsibilities":
-            init = "kmeans" if init is None else init
+            init = DEFAULT_INIT if init is None else init
             return initial_responsibilities(data["x"], config.K, init, seed)
         if init is not None:
             raise ValueError(

@@ -71,6 +71,26 @@ def init_record(init) -> str | None:
     return f"array {fingerprint(values)}"
 
 
+def default_init(spec) -> str | None:
+    """The start ``init=None`` stands for on ``spec``'s model (``"kmeans"`` for a mixture), or
+    None where it stands for the model's own initialisation."""
+    return None if spec.updates is None else spec.updates.default_init
+
+
+def with_default_init(record: dict, name: str | None) -> dict:
+    """A checkpoint header ``record`` with ``init=None`` written as the start it stands for,
+    ``name``, at the top and among the options: what a resume compares."""
+    if name is None:
+        return record
+    record = dict(record)
+    if "init" in record and record["init"] is None:
+        record["init"] = name
+    options = record.get("options")
+    if isinstance(options, Mapping) and "init" in options and options["init"] is None:
+        record["options"] = {**options, "init": name}
+    return record
+
+
 def options_record(alg, options, state, problem) -> dict:
     """The options of a run as its result and its checkpoint record them (JSON-able): how it
     started (``init`` arrays only as ``"array"``; the header fingerprints them), the
@@ -119,6 +139,9 @@ def header(
         "guide_coordinates": None if guide is None else problem.spec.guide_coordinates,
         "seed": problem.seed,
         "init": init_record(problem.init),
+        # What init=None stands for, so that it resumes a run given that start by name (read on
+        # resume, not compared).
+        "default_init": default_init(problem.spec),
         # The revision of the layout of the algorithm's saved state, where it has changed.
         "state_layout": state_fact(alg, state, "state_layout"),
         # Processes sharing each step draw their own particles for their rows (Pyro).
