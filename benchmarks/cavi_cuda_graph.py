@@ -126,18 +126,19 @@ def eager(update, state, steps, device):
 def graphed(update, state, steps, device):
     """The same from a CUDA graph of one iteration: seconds per replay and the last ELBO."""
     scratch = clone(state)
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):  # warm-up off the default stream, as torch's graphs ask
-        for _ in range(3):
-            new, _ = update(scratch)
-            copy_into(scratch, new)
-    torch.cuda.current_stream(device).wait_stream(side)
-    static = clone(state)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        new, elbo = update(static)
-        copy_into(static, new)
+    with torch.cuda.device(device):  # recorded on the data's GPU, as the zoo's graphs are
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up off the default stream, as torch's graphs ask
+            for _ in range(3):
+                new, _ = update(scratch)
+                copy_into(scratch, new)
+        torch.cuda.current_stream(device).wait_stream(side)
+        static = clone(state)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            new, elbo = update(static)
+            copy_into(static, new)
     synchronize(device)
     start = time.perf_counter()
     for _ in range(steps):

@@ -8,8 +8,9 @@ set-up cost drops out; ours is the median step time of ``inference.fit``.
     python benchmarks/cavi_speed.py            # N=100000, D=10, K=20
     python benchmarks/cavi_speed.py --quick    # N=5000, a smoke run
 
-Also reports bytes read per iteration over the measured memory bandwidth (a copy of a large
-array), the limit of a memory-bound iteration. The row ``pyro jit`` is Pyro's fit with
+Also reports the bytes an iteration moves over the measured memory bandwidth (a copy of a large
+array): the limit of these passes over memory, not of the hardware (see
+``bytes_per_iteration``). The row ``pyro jit`` is Pyro's fit with
 ``jit=True``, its update compiled by ``torch.compile`` (the compilation is its first iteration,
 which the median leaves out).
 """
@@ -84,9 +85,11 @@ def zoo_iteration_time(x, resp, k, backend, steps, device="cpu", dtype="float64"
 
 
 def bytes_per_iteration(n, d, k, itemsize=8):
-    """Bytes one CAVI iteration moves at least: the features are read twice (E-step product,
-    M-step product) and the (N, K) responsibilities are written and read a few times (normalise,
-    exp, entropy, product)."""
+    """Bytes one CAVI iteration moves as computed here, in two passes: the features are read
+    twice (E-step product, M-step product) and the (N, K) responsibilities are written and read
+    a few times (normalise, exp, entropy, product). A bound on these passes, not on any
+    iteration: one fused pass that read each row's features once and never stored its
+    responsibilities would move ``itemsize * n * features``, a third of it at D=10, K=20."""
     features = 1 + d + d * (d + 1) // 2
     return itemsize * n * (2 * features + 4 * k)
 

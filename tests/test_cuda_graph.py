@@ -191,3 +191,66 @@ def test_a_compiled_update_is_what_the_graph_records_and_replays(
     assert recorder.recordings == 1 and recorder.replays > 3
     assert len(compiled_calls) >= 3 + recorder.replays  # the recording's three runs, each replay
     np.testing.assert_allclose(replayed.history["objective"], eager.history["objective"], 1e-12)
+
+
+class FakeCuda:
+    """What ``record_on_cuda`` asks of ``torch.cuda``, recorded: which GPU was current at each
+    call and which stream the graph captured on (no GPU needed)."""
+
+    def __init__(self):
+        self.current, self.log = "cuda:0", []
+        fake = self
+
+        class Stream:
+            def __init__(self, device=None):
+                self.device = device
+                fake.log.append(("stream made on", str(device), fake.current))
+
+            def wait_stream(self, other):
+                pass
+
+        class Guard:
+            def __init__(self, device):
+                self.device, self.before = str(device), None
+
+            def __enter__(self):
+                self.before, fake.current = fake.current, self.device
+
+            def __exit__(self, *exc):
+                fake.current = self.before
+
+        class Capture:
+            def __init__(self, graph, stream=None, **options):
+                self.stream = stream
+
+            def __enter__(self):
+                where = None if self.stream is None else str(self.stream.device)
+                fake.log.append(("captured on", where, fake.current))
+
+            def __exit__(self, *exc):
+                pass
+
+        self.Stream, self.device, self.graph = Stream, Guard, Capture
+        self.stream = lambda stream: Guard(fake.current)
+        self.current_stream = lambda device=None: Stream(device)
+        self.CUDAGraph = lambda: type("Graph", (), {"replay": lambda self: None})()
+
+
+def test_a_graph_for_a_second_gpu_is_recorded_on_it(monkeypatch):
+    """torch's default capture stream lies on the GPU current when it was made (cuda:0): an
+    update on cuda:1 recorded there would replay nothing. The recording makes cuda:1 current
+    and captures on a stream of cuda:1."""
+    fake, chosen = FakeCuda(), torch._C._LinalgBackend.Default
+    libraries = []  # the libraries set: cuSOLVER to record, then the user's choice again
+    monkeypatch.setattr(
+        torch.backends.cuda,
+        "preferred_linalg_library",
+        lambda library=None: chosen if library is None else libraries.append(library),
+    )
+    monkeypatch.setattr(torch, "cuda", fake)
+    first, replay, outputs = cuda_graph.record_on_cuda(lambda: "result", "cuda:1")
+    assert first == outputs == "result"
+    assert ("captured on", "cuda:1", "cuda:1") in fake.log
+    assert all(current == "cuda:1" for _, _, current in fake.log)
+    assert fake.current == "cuda:0"  # the caller's GPU is current again
+    assert libraries == ["cusolver", chosen]

@@ -50,15 +50,20 @@ def record_on_cuda(call, device):
     if chosen == torch._C._LinalgBackend.Default:
         linalg.preferred_linalg_library("cusolver")
     try:
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            first = call()
-            call()
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outputs = call()
+        # On ``device``, not the current GPU: a graph records only its capture stream's
+        # launches, and torch's default capture stream lies on the GPU current when torch first
+        # made it (on cuda:1 an update's kernels would go to cuda:1's stream and the graph
+        # would replay nothing).
+        with torch.cuda.device(device):
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                first = call()
+                call()
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=side):
+                outputs = call()
     finally:
         linalg.preferred_linalg_library(chosen)
     return first, graph.replay, outputs
