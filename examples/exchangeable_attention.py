@@ -258,7 +258,7 @@ def main(argv=None):
     write_text(os.path.join(args.out, "error_vs_length.md"), table)
     plot(args.lengths, rows, os.path.join(args.out, "error_vs_length.png"))
     results = {
-        "settings": {k: v for k, v in vars(args).items() if k not in ("json",)},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out")},
         "training": training,
         "rows": {
             name: {
