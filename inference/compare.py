@@ -40,9 +40,10 @@ class Comparison:
         is: ``"ELBO"``, ``"log-likelihood"``, ...) and ``converged``. Times are in seconds,
         objectives in nats per data point; a value that does not apply to a run
         (``time_to_target_s`` of a sampler) is NaN. ``steps`` is the steps a run took, or for
-        a sampler its chains x iterations per chain, warm-up included (``"4 x 1000"``).
+        a sampler its chains x iterations per chain, warm-up included (``"4 x 1000"``). A run
+        that raised under ``compare(..., on_error="record")`` has its error in ``error``.
     results : list of FitResult
-        The runs, in the order of ``rows``.
+        The runs, in the order of ``rows`` (None for a run that raised).
     reference : FitResult or None
         The fit the accuracy columns are measured against: the one given as ``reference=``,
         the comparison's own run of the sampler named, or the sampler's fit that
@@ -121,7 +122,12 @@ class Comparison:
         ['model', 'algorithm', 'guide', 'backend', 'seed', 'objective', 'objective_per_point']
         """
         accuracy = any("mean_error_sd" in r for r in self.rows)
-        return self.COLUMNS + (self.ACCURACY_COLUMNS if accuracy else ())
+        failed = any(r.get("error") for r in self.rows)  # compare(..., on_error="record")
+        return (
+            self.COLUMNS
+            + (self.ACCURACY_COLUMNS if accuracy else ())
+            + ((("error", "{}"),) if failed else ())
+        )
 
     def __str__(self) -> str:
         return self.to_markdown()
@@ -155,7 +161,7 @@ class Comparison:
             cells = [
                 "-"
                 if row.get(c) is None or (isinstance(row[c], float) and np.isnan(row[c]))
-                else f.format(row[c])
+                else f.format(row[c]).replace("|", "\\|")  # a cell's own bar is not a column's
                 for c, f in self.columns
             ]
             lines.append("| " + " | ".join(cells) + " |")
@@ -328,6 +334,7 @@ def compare(
     num_samples: int = 500,
     reference=None,
     progress: bool = True,
+    on_error: str = "raise",
     **options,
 ) -> Comparison:
     """Fit every supported (algorithm, guide, backend, seed) and tabulate the runs.
@@ -387,6 +394,11 @@ def compare(
         Show a progress bar per run on stderr, one line each, naming the run and its place
         (``svi enum numpyro seed 0 (3/8)``), as :func:`fit` shows its own: on a terminal or in
         a notebook only, never into a log or a pipe. False: none.
+    on_error : {"raise", "record"}
+        What a run that raises does. ``"raise"`` (the default): its error stops the comparison.
+        ``"record"``: a warning names the run and its error, the run's row keeps the error in
+        an ``error`` column (its figures NaN, its result None) and the other runs go on, so
+        hours of runs are not lost to one that diverged.
     **options
         Options of :func:`fit` passed to every run that takes them: the run options
         (``init``, ``tol``, ``dtype``, ``device``), the algorithms' own options and the
@@ -412,7 +424,7 @@ def compare(
         An option that is neither a :func:`fit` option nor an option of the fitted models.
     Exception
         What a run's :func:`fit` raises (e.g. :class:`~inference.NonFiniteObjectiveError`)
-        stops the comparison.
+        stops the comparison, unless ``on_error="record"``.
 
     Examples
     --------
@@ -444,6 +456,8 @@ def compare(
         if left_out:
             warnings.warn(left_out_message(spec, left_out), stacklevel=2)
     check_flag("progress", progress)
+    if on_error not in ("raise", "record"):
+        raise ValueError(f'on_error must be "raise" or "record"; got {on_error!r}.')
     _check_lists(algorithms=algorithms, backends=backends, seeds=seeds)
     if guides is not None:
         _check_lists(guides=guides)
@@ -479,20 +493,36 @@ def compare(
         if alg.traits.estimate == "draws":
             steps = None  # a sampler's length is its warm-up and draws
         label = f"{_run_name(alg, guide)} {backend} seed {seed} ({number}/{len(runs)})"
+        failure = None
         with labelled_bar(label), warnings.catch_warnings(record=True) as said:
-            res = fit(
-                target,
-                data,
-                alg.name,
-                backend,
-                seed=seed,
-                num_steps=steps,
-                progress=progress,
-                **opts,
-            )
+            try:
+                res = fit(
+                    target,
+                    data,
+                    alg.name,
+                    backend,
+                    seed=seed,
+                    num_steps=steps,
+                    progress=progress,
+                    **opts,
+                )
+            except Exception as err:
+                if on_error == "raise":
+                    raise
+                res, failure = None, err
         for warning in said:  # said again naming the run, from the caller's line
             warnings.warn(f"{label}: {warning.message}", warning.category, stacklevel=2)
-        rows.append(_row((alg, target, backend, guide), seed, res, data, test_data, num_samples))
+        run = (alg, target, backend, guide)
+        if failure is not None:
+            warnings.warn(
+                f"{label} failed and is recorded as such; the other runs go on: "
+                f"{_error_line(failure)}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            rows.append(_failed_row(run, seed, failure))
+        else:
+            rows.append(_row(run, seed, res, data, test_data, num_samples))
         results.append(res)
     _add_time_to_target(rows, results)
     comparison = Comparison(rows=rows, results=results)
@@ -505,6 +535,8 @@ def compare(
         ref_draws = _reference_draws(comparison.reference, spec, data, options)
         comparison.reference_s = time.perf_counter() - started
         for row, res in zip(rows, results, strict=True):
+            if res is None:  # a failed run
+                continue
             started = time.perf_counter()
             row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
             row["evaluation_s"] += time.perf_counter() - started
@@ -648,6 +680,35 @@ def _row(run, seed, res, data, test_data, num_samples) -> dict:
     }
 
 
+def _error_line(err: BaseException) -> str:
+    """An error in one line: its type and the first line of its message."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+def _failed_row(run, seed, err) -> dict:
+    """The row of a run that raised (``on_error="record"``): what ran, and its error."""
+    alg, target, backend, guide = run
+    nan = float("nan")
+    return {
+        "model": target.name,
+        "algorithm": alg.name,
+        "guide": guide,
+        "backend": backend,
+        "seed": int(seed),
+        "objective": None,
+        "objective_per_point": nan,
+        "heldout_log_pred_per_point": nan,
+        "steps": None,
+        "setup_s": nan,
+        "wall_time_s": nan,
+        "first_step_s": nan,
+        "evaluation_s": nan,
+        "converged": False,
+        "error": _error_line(err),
+    }
+
+
 def _add_time_to_target(rows, results) -> None:
     """Each row's ``time_to_target_s``: the time its run took to come within ``TARGET_GAP``
     nats per point of the best objective of its model's runs (NaN where it never did). A run
@@ -666,8 +727,9 @@ def _add_time_to_target(rows, results) -> None:
     for row, res in zip(rows, results, strict=True):
         row["time_to_target_s"] = float("nan")
         target = best.get(row["model"], np.inf) - TARGET_GAP
-        relaxed = row["guide"] and res.spec.guide_kind(row["guide"], row["backend"]).relaxed
-        if not row["objective_per_point"] >= target or relaxed:
+        if res is None or not row["objective_per_point"] >= target:  # failed, or not there
+            continue
+        if row["guide"] and res.spec.guide_kind(row["guide"], row["backend"]).relaxed:
             continue
         times = res.history["time"]
         hit = np.nonzero(_smoothed(res) / res.num_data >= target)[0]
@@ -837,7 +899,7 @@ def _reference_fit(reference, spec, data, rows, results, backends, options, prog
         return None if reference == "exact" else reference
     runs = [
         res for row, res in zip(rows, results, strict=True)
-        if row["algorithm"] == reference and row["model"] == spec.name
+        if res is not None and row["algorithm"] == reference and row["model"] == spec.name
     ]  # fmt: skip
     if runs:
         return runs[0]

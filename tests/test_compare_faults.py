@@ -117,3 +117,67 @@ def test_a_panel_of_samplers_only_is_drawn_and_says_why_it_has_no_curve():
     texts = [t.get_text() for t in ax.texts]
     plt.close(fig)
     assert len(texts) == 1 and "no run of this model has an objective" in texts[0]
+
+
+# --- a run that raises -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def svi_diverges(monkeypatch):
+    """``compare``'s fits as they are, but SVI's, which diverge."""
+    compare_module = importlib.import_module("inference.compare")
+    real = compare_module.fit
+
+    def fit(model, data, algorithm, *args, **options):
+        if algorithm == "svi":
+            raise inference.NonFiniteObjectiveError("the objective is nan | at step 3\nadvice")
+        return real(model, data, algorithm, *args, **options)
+
+    monkeypatch.setattr(compare_module, "fit", fit)
+
+
+def _em_and_svi(**options):
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    return inference.compare(
+        "gmm", data, ["em", "svi"], ["pyro"], K=2, num_steps=20, progress=False, **options
+    )
+
+
+def test_a_run_that_raises_stops_the_comparison_by_default(svi_diverges):
+    with pytest.raises(inference.NonFiniteObjectiveError, match="at step 3"):
+        _em_and_svi()
+
+
+def test_a_run_that_raises_is_recorded_and_the_others_kept(svi_diverges):
+    """on_error="record": the finished runs stay, the failed one is a row with its error."""
+    with pytest.warns(RuntimeWarning, match=r"svi enum pyro seed 0 \(2/2\) failed .*at step 3"):
+        table = _em_and_svi(on_error="record")
+    em, failed = table.rows
+    assert table.results[1] is None and "error" not in em
+    assert em["converged"] and np.isfinite(em["objective_per_point"])
+    assert np.isfinite(em["time_to_target_s"])  # the best run is the one that finished
+    assert failed["error"] == "NonFiniteObjectiveError: the objective is nan | at step 3"
+    assert np.isnan(failed["objective_per_point"]) and failed["converged"] is False
+    table_text = table.to_markdown().splitlines()
+    assert table_text[0].endswith("| error |") and table_text[2].endswith("| - |")
+    assert table_text[3].endswith(r"| NonFiniteObjectiveError: the objective is nan \| at step 3 |")
+    assert table_text[3].count(" | ") == table_text[0].count(" | ")  # its bar is escaped
+    figure = io.BytesIO()
+    table.plot(figure)  # the finished run's curve alone
+    assert figure.getvalue()[:4] == b"\x89PNG"
+
+
+def test_on_error_takes_raise_or_record():
+    with pytest.raises(ValueError, match='on_error must be "raise" or "record"; got \'skip\''):
+        _em_and_svi(on_error="skip")
+
+
+def test_the_shell_records_a_failed_run_when_asked(svi_diverges, capsys):
+    from inference.tools.cli import main
+
+    argv = ["compare", "gmm", "--algorithms", "em,svi", "--backends", "pyro", "--K", "2"]
+    assert main([*argv, "--num-steps", "20", "--on-error", "record"]) == 0
+    said = capsys.readouterr()
+    table = said.out.splitlines()
+    assert table[0].endswith("| error |") and "NonFiniteObjectiveError" in table[3]
+    assert "zoo: RuntimeWarning: svi enum pyro seed 0 (2/2) failed and is recorded" in said.err

@@ -216,7 +216,7 @@ RUN_OPTIONS_WITHOUT_FLAGS = {
 COMMON_FLAGS = ("--data", "--option", "--seed", "--num-steps", "--json")
 COMMAND_FLAGS = {
     "fit": (*COMMON_FLAGS, "--algorithm", "--backend", "--guide", "--tol", "--device", "--save"),
-    "compare": (*COMMON_FLAGS, "--algorithms", "--backends", "--guides", "--plot"),
+    "compare": (*COMMON_FLAGS, "--algorithms", "--backends", "--guides", "--plot", "--on-error"),
 }
 
 
@@ -458,6 +458,14 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
                 help="also plot the objective against wall time into FILE; its extension "
                 "picks the format (.png, .pdf, .svg, ...; PNG without one). An existing "
                 "directory gets MODEL-compare.png inside it; the folder must exist",
+            )
+            p.add_argument(
+                "--on-error",
+                choices=("raise", "record"),
+                default="raise",
+                help="a run that fails: stop with its error (raise, the default), or warn, "
+                "keep its error in the table's error column and go on with the other runs "
+                "(record)",
             )
     return parser
 
@@ -705,6 +713,7 @@ def _compare(args, spec, options) -> int:
         seeds=(args.seed,),
         num_steps=args.num_steps,
         progress=not args.json,
+        on_error=args.on_error,
         **options,
     )
     try:
