@@ -167,10 +167,14 @@ def _mixture(params, ns, like=None):
             f"expected weights of shape (K,) and probs of shape (K, D); got weights "
             f"{tuple(w.shape)} and probs {tuple(p.shape)}."
         )
-    if ns.any((p <= 0) | (p >= 1)) or ns.any(w < 0) or ns.any(abs(w.sum() - 1) > 1e-4):
+    # Each test is written as "not (valid)": every comparison with NaN is False, so NaN fails it.
+    bad_probs = ~((p > 0) & (p < 1))
+    bad_weights = ~(w >= 0)
+    bad_total = ~(abs(w.sum() - 1) <= 1e-4)
+    if ns.any(bad_probs) or ns.any(bad_weights) or ns.any(bad_total):
         raise ValueError(
             "expected probs strictly inside (0, 1) and weights that are non-negative and sum to "
-            "1 (a MAP fit keeps them so); got probs on the boundary or other weights."
+            "1 (a MAP fit keeps them so); got probs on the boundary or NaN, or other weights."
         )
     xp = ns.module_of(p)
     with np.errstate(divide="ignore"):  # a component of weight 0: log 0 = -inf, as intended
@@ -376,10 +380,12 @@ def multi_head_parameters(params, groups):
             f"expected weights (H, K) and probs (H, K, G) with (H, G) = {(H, G)} from groups; "
             f"got weights {w.shape} and probs {p.shape}."
         )
-    if (p <= 0).any() or (p >= 1).any() or (w < 0).any() or not np.allclose(w.sum(1), 1.0):
+    # "not (valid)", as in _mixture: NaN fails every comparison, so it is rejected too.
+    probs_inside = ((p > 0) & (p < 1)).all()
+    if not probs_inside or not (w >= 0).all() or not np.allclose(w.sum(1), 1.0):
         raise ValueError(
             "expected probs strictly inside (0, 1) and weights that are non-negative and sum to "
-            "1 over each head's components; got probs on the boundary or other weights."
+            "1 over each head's components; got probs on the boundary or NaN, or other weights."
         )
     K, D = w.shape[1], H * G
     q_w = np.zeros((2 * D, 2 * D))

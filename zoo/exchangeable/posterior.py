@@ -164,8 +164,8 @@ def attention_logits(
     x : array (N, D) or (S, N, D)
     config : ExchangeableConfig
     lengths : int array (S,), optional
-        Tokens per sequence: the padding slots after them are masked out of the keys and
-        ``n`` is the sequence's own length.
+        Tokens per sequence: the padding slots after them are masked out of the keys (their
+        values, NaN or inf included, are ignored) and ``n`` is the sequence's own length.
     leave_one_out : bool
         One query per token ``j`` attending to the other tokens (key ``j`` masked): the logits of
         ``q(z | X_{-j})``, shape (..., N, K), with ``n = N - 1``. Needs ``N >= 2``.
@@ -182,6 +182,10 @@ def attention_logits(
     p = check_params(params, config)
     x = _check_tokens(x, config.dim)
     valid, n = _token_mask(lengths, x)
+    if valid is not None:
+        # A masked key gets weight 0, but 0 * NaN (or inf) in its value is still NaN: padding is
+        # replaced by zeros rather than trusted to vanish in the weighted sum.
+        x = np.where(valid[..., None], x, 0.0)
     head = PREFIX + "attention."
     attn = {k[len(head) :]: v for k, v in p.items() if k.startswith(head)}
     query = p[PREFIX + "query"]
