@@ -189,3 +189,95 @@ def test_a_guide_without_reparameterised_draws_is_refused():
 
     with pytest.raises(NotImplementedError, match=r"reparameterised guide; its site 'z'"):
         ImportanceWeightedELBO(2).loss(model, guide, torch.zeros(4))
+
+
+# --- a weight on the latent sites (a KL weight, or its warm-up) --------------------------------
+
+BETA, ROWS, NUM_DATA, PARTICLES = 0.3, 8, 80, 4  # the data plate's scale is 10
+
+
+def _tempered_bound(x, z, loc, beta, scale):
+    """By hand: each row's log-mean-exp over particles of log p(x | z) + beta (log p(z) -
+    log q(z)), the rows' sum times the data plate's scale."""
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+
+    log_w = norm.logpdf(x, z, 1.0) + beta * (norm.logpdf(z, 0, 1) - norm.logpdf(z, loc, 0.5))
+    return scale * (logsumexp(log_w, axis=0) - np.log(len(z))).sum()
+
+
+def _weighted_pyro():
+    import pyro
+    import pyro.distributions as dist
+    import torch
+
+    def model(x, beta, num_data=None):
+        with zoo.plates.pyro_data_plate(len(x), num_data):
+            with pyro.poutine.scale(scale=beta):
+                z = pyro.sample("z", dist.Normal(0.0, 1.0))
+            pyro.sample("x", dist.Normal(z, 1.0), obs=x)
+
+    def guide(x, beta, num_data=None):
+        loc = pyro.param("loc", torch.linspace(-0.5, 0.5, len(x), dtype=torch.float64))
+        with zoo.plates.pyro_data_plate(len(x), num_data), pyro.poutine.scale(scale=beta):
+            pyro.sample("z", dist.Normal(loc, 0.5))
+
+    return model, guide, torch.linspace(-1.0, 2.0, ROWS, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("beta", [1.0, BETA])
+def test_pyro_bound_keeps_a_weight_on_the_latents_inside_the_log_weights(beta):
+    """The data plate's scale is read from the observed site: a latent site's KL weight was
+    taken for it and multiplied the whole bound (kl_weight=0.01 gave a hundredth of it)."""
+    import pyro
+    import torch
+
+    from inference.backends.pyro_importance import ImportanceWeightedELBO, importance_traces
+
+    model, guide, x = _weighted_pyro()
+    with pyro.get_param_store().scope():
+        torch.manual_seed(1)
+        ours = -ImportanceWeightedELBO(PARTICLES).loss(model, guide, x, beta, num_data=NUM_DATA)
+        torch.manual_seed(1)
+        _, guide_trace = importance_traces(model, guide, PARTICLES, x, beta, num_data=NUM_DATA)
+        z = guide_trace.nodes["z"]["value"].detach().numpy()
+        loc = pyro.param("loc").detach().numpy()
+    hand = _tempered_bound(x.numpy(), z.reshape(PARTICLES, ROWS), loc, beta, NUM_DATA / ROWS)
+    assert ours == pytest.approx(hand, rel=1e-10)
+
+
+def test_numpyro_bound_keeps_a_traced_weight_on_the_latents_inside_the_log_weights():
+    """A weight traced under jit (a KL warm-up's step-dependent value) is a weight, not the
+    data plate's scale (reading it as a number failed to compile)."""
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro import handlers
+
+    from inference.backends.numpyro_importance import ImportanceWeightedELBO
+
+    def model(x, beta, num_data=None):
+        with zoo.plates.numpyro_data_plate(len(x), num_data):
+            with handlers.scale(scale=beta):
+                z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+            numpyro.sample("x", dist.Normal(z, 1.0), obs=x)
+
+    def guide(x, beta, num_data=None):
+        loc = numpyro.param("loc", jnp.linspace(-0.5, 0.5, len(x)))
+        with zoo.plates.numpyro_data_plate(len(x), num_data), handlers.scale(scale=beta):
+            numpyro.sample("z", dist.Normal(loc, 0.5))
+
+    x, key = jnp.linspace(-1.0, 2.0, ROWS), jax.random.PRNGKey(2)
+    params = {"loc": jnp.linspace(-0.5, 0.5, ROWS)}
+    elbo = ImportanceWeightedELBO(PARTICLES)
+    loss = jax.jit(lambda beta: elbo.loss(key, params, model, guide, x, beta, num_data=NUM_DATA))
+    ours = -float(loss(jnp.asarray(BETA)))
+    z = [  # the draws the loss made, one key per particle
+        handlers.trace(handlers.seed(handlers.substitute(guide, data=params), k)).get_trace(
+            x, BETA, num_data=NUM_DATA
+        )["z"]["value"]
+        for k in (jax.random.split(particle, 2)[0] for particle in jax.random.split(key, PARTICLES))
+    ]
+    hand = _tempered_bound(np.asarray(x), np.stack(z), params["loc"], BETA, NUM_DATA / ROWS)
+    assert ours == pytest.approx(hand, rel=1e-6)

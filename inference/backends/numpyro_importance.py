@@ -60,7 +60,10 @@ class ImportanceWeightedELBO(ELBO):
             if not structure["by_row"]:
                 return jax.numpy.zeros(())  # unused: the whole data's bound is taken
             check_reparameterised(guide_trace.values())
-            return data_plate_log_prob(sites) - data_plate_log_prob(guide_trace.values())
+            scale = structure["scale"]
+            return data_plate_log_prob(sites, scale) - data_plate_log_prob(
+                guide_trace.values(), scale
+            )
 
         weights = jax.vmap(log_weights)(jax.random.split(rng_key, self.num_particles))
         if not structure["by_row"]:

@@ -64,9 +64,12 @@ class ImportanceWeightedELBO:
             if not self._by_row:
                 return None
         check_reparameterised(guide_trace.nodes.values())
-        log_weights = data_plate_log_prob(sites) - data_plate_log_prob(guide_trace.nodes.values())
+        scale = data_plate_scale(sites)
+        log_weights = data_plate_log_prob(sites, scale) - data_plate_log_prob(
+            guide_trace.nodes.values(), scale
+        )
         per_row = torch.logsumexp(log_weights, dim=0) - math.log(self.num_particles)
-        return data_plate_scale(sites) * per_row.sum()
+        return scale * per_row.sum()
 
     def loss(self, model, guide, *args, **kwargs) -> float:
         with torch.no_grad():

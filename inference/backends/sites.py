@@ -40,11 +40,12 @@ def check_reparameterised(guide_sites) -> None:
 
 def data_plate_scale(sites) -> float:
     """The scale of the ``data`` plate's log-densities: ``num_data / rows`` on a minibatch, 1 on
-    the whole data (the scale of its first site; the plate scales them all alike)."""
-    for site in draws(sites):
-        if "data" in {f.name for f in site["cond_indep_stack"]}:
-            scale = site.get("scale")
-            return 1.0 if scale is None else float(scale)
+    the whole data. Read from an observed site, as a latent site may carry a weight of its own
+    besides (``bam_classifier``'s KL weight, and its warm-up's step-dependent value)."""
+    in_plate = [s for s in draws(sites) if "data" in {f.name for f in s["cond_indep_stack"]}]
+    for site in [s for s in in_plate if s["is_observed"]] or in_plate:
+        scale = site.get("scale")
+        return 1.0 if scale is None else float(scale)
     return 1.0
 
 
@@ -69,8 +70,10 @@ def splits_by_row(sites) -> bool:
     return not names
 
 
-def data_plate_log_prob(sites):
-    """Sum of the sample sites' log-densities, per row of the ``data`` plate (unscaled).
+def data_plate_log_prob(sites, plate_scale=None):
+    """Sum of the sample sites' log-densities, per row of the ``data`` plate: unscaled, or with
+    ``plate_scale`` (:func:`data_plate_scale`) each weighted by its own scale over the plate's,
+    which leaves a KL weight on the latent sites (1 where there is none).
 
     Works on Pyro and NumPyro trace sites alike. A latent site outside the ``data`` plate would
     couple the rows, so it is an error.
@@ -87,6 +90,10 @@ def data_plate_log_prob(sites):
                 "posterior draws (spec.sample_posterior) for global latents."
             )
         log_prob = site["fn"].log_prob(site["value"])
+        scale = site.get("scale")
+        plain = scale is None or (isinstance(scale, int | float) and scale == plate_scale)
+        if plate_scale is not None and not plain:
+            log_prob = log_prob * (scale / plate_scale)
         dim = frames["data"].dim
         if dim < -1:  # plates right of the data plate: sum them into the row
             log_prob = log_prob.sum(tuple(range(dim + 1, 0)))
