@@ -1,5 +1,6 @@
 """Tests for zoo.datasets; they read the shared data folder and never touch the network."""
 
+import errno
 import http.client
 import io
 import os
@@ -350,13 +351,13 @@ def test_module_imports_only_numpy():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_cache_dir_falls_back_to_user_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "_USER_CACHE", tmp_path / "user")
-    assert datasets._resolve_cache_dir(tmp_path / "d", None) == tmp_path / "d" / "cache"
-    assert datasets._resolve_cache_dir(tmp_path / "d", tmp_path / "c") == tmp_path / "c"
-    # A read-only data directory (as the shared folder is) sends the cache to the user dir.
-    monkeypatch.setattr(datasets, "_writable_dir", lambda path: False)
-    assert datasets._resolve_cache_dir(tmp_path / "ro", None) == tmp_path / "user" / "cache"
+def test_the_cache_is_cache_dir_else_the_user_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert datasets._resolve_cache_dir(tmp_path / "c") == tmp_path / "c"
+    assert datasets._resolve_cache_dir("~/c") == tmp_path / "home" / "c"
+    user_cache = tmp_path / "home" / ".cache" / "ppl-zoo" / "cache"
+    assert datasets._resolve_cache_dir(None) == user_cache
+    assert not (tmp_path / "home").exists()  # made by the first array cached, not before
 
 
 # --- what stands where a data file should be ----------------------------------------------------
@@ -424,3 +425,110 @@ def test_a_cached_array_that_cannot_be_read_is_parsed_anew(data_dir, tmp_path, d
     else:
         again = load_binarized_mnist("valid", data_dir=data_dir, cache_dir=tmp_path)
     np.testing.assert_array_equal(again, first)
+
+
+# --- the data directory is only read; the cache is the user's --------------------------------
+
+
+def _tree(root):
+    """Every path under ``root``, relative to it, with what it is."""
+    return sorted(
+        (str(path.relative_to(root)), path.is_symlink(), path.is_dir()) for path in root.rglob("*")
+    )
+
+
+def test_a_load_writes_nothing_in_the_data_directory(data_dir, tmp_path, monkeypatch):
+    """A folder of the canonical files is only read: the parsed array goes to the per-user
+    cache, which is where a second load finds it."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    folder = tmp_path / "data" / "binarized_mnist"
+    folder.mkdir(parents=True)
+    rel = "binarized_mnist/binarized_mnist_test.amat"
+    (tmp_path / "data" / rel).symlink_to(data_dir / rel)
+    before = _tree(tmp_path / "data")
+    x = load_binarized_mnist("test", data_dir=tmp_path / "data")
+    assert _tree(tmp_path / "data") == before
+    np.testing.assert_array_equal(x, datasets._parse_amat((data_dir / rel).read_bytes(), rel))
+    cached = tmp_path / "home" / ".cache" / "ppl-zoo" / "cache" / "binarized_mnist_test.npy"
+    np.testing.assert_array_equal(np.load(cached), x)
+    monkeypatch.setattr(datasets, "_parse_amat", None)  # parsing again would fail now
+    np.testing.assert_array_equal(load_binarized_mnist("test", data_dir=tmp_path / "data"), x)
+
+
+def test_a_failed_load_creates_no_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    mistyped = tmp_path / "typo" / "data"
+    with pytest.raises(DatasetError, match="ZOO_OFFLINE=1"):
+        load_binarized_mnist("test", data_dir=mistyped)
+    with pytest.raises(DatasetError, match="ZOO_OFFLINE=1"):
+        load_mnist("test", data_dir=mistyped)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# --- a data directory that cannot be written ---------------------------------------------------
+
+
+def _through_a_file(tmp_path, monkeypatch):
+    (tmp_path / "notes.txt").write_text("a file, not a folder\n")
+    return tmp_path / "notes.txt" / "data", "Not a directory"
+
+
+def _read_only(tmp_path, monkeypatch):
+    """As on a read-only file system (a folder's mode would not stop the superuser): no file
+    can be created in the data directory."""
+    from zoo import files
+
+    def refuse(directory, name):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.path.join(directory, name))
+
+    monkeypatch.setattr(files, "_create_temporary", refuse)
+    (tmp_path / "data").mkdir()
+    return tmp_path / "data", os.strerror(errno.EROFS)
+
+
+@pytest.mark.parametrize(
+    "where", [_through_a_file, _read_only], ids=["through a file", "read-only"]
+)
+@pytest.mark.parametrize("load", [load_mnist, load_binarized_mnist])
+def test_a_data_directory_that_cannot_be_written_is_named_before_any_download(
+    tmp_path, monkeypatch, where, load
+):
+    monkeypatch.delenv("ZOO_OFFLINE", raising=False)  # a download would be tried; none is
+    data, reason = where(tmp_path, monkeypatch)
+    with pytest.raises(DatasetError) as info:
+        load("test", data_dir=data, cache_dir=tmp_path / "cache")
+    msg = " ".join(str(info.value).split())
+    assert f"the data directory {data} cannot be created or written ({reason}" in msg
+    assert "download failed" not in msg
+    assert "Set ZOO_DATA_DIR (or pass data_dir=) to a folder that can be written" in msg
+    assert "put the file at " + str(data) in msg
+
+
+# --- dynamic_binarize refuses what is not grey levels ------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64, bool])
+def test_dynamic_binarize_refuses_images_that_are_binary_already(dtype):
+    binary = (np.random.default_rng(0).random((5, 784)) < 0.13).astype(dtype)
+    with pytest.raises(ValueError, match="binary already.*load_binarized_mnist"):
+        dynamic_binarize(binary, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_dynamic_binarize_refuses_non_finite_values(bad):
+    images = np.array([[0.0, 128.0, 255.0, bad]])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        dynamic_binarize(images, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.float32, np.float64])
+def test_dynamic_binarize_of_grey_levels_is_a_bernoulli_draw_per_pixel(dtype):
+    images = np.random.default_rng(1).integers(0, 256, size=(50, 28, 28)).astype(dtype)
+    images[0, 0, 0], images.flat[-1] = 0, 255
+    expected = np.random.default_rng(7).random(images.shape) < images.astype(np.float64) / 255
+    got = dynamic_binarize(images, np.random.default_rng(7))
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(got, expected.astype(np.uint8))
+    black = np.zeros((2, 3), dtype=dtype)  # all 0: no pixel on, and no error
+    np.testing.assert_array_equal(dynamic_binarize(black, np.random.default_rng(0)), black)

@@ -18,8 +18,11 @@ The layout below the data directory is::
 Every file is checked against a pinned SHA-256 before it is parsed. An uncompressed MNIST file
 is accepted only where its own sum is pinned (``train-images-idx3-ubyte``); otherwise the
 ``.gz`` file is required. Missing files are downloaded from the canonical URLs unless
-``ZOO_OFFLINE=1``. Parsed arrays are cached as ``.npy`` files (never pickled) next to a small
-JSON file recording the source files, so a changed source invalidates the cache.
+``ZOO_OFFLINE=1``. The data directory is only read, except for the downloads of missing files.
+
+Parsed arrays are cached as ``.npy`` files (never pickled) next to a small JSON file recording
+the source files, so a changed source invalidates the cache. The cache is ``cache_dir=`` if
+given, else ``~/.cache/ppl-zoo/cache``, whatever the data directory.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.files import atomic_write, remove_stale_temporaries
+from zoo.files import atomic_write, probe_writable, remove_stale_temporaries
 
 __all__ = [
     "BINARIZED_MNIST_URL",
@@ -164,20 +167,12 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     return Path(data_dir).expanduser()
 
 
-def _writable_dir(path: Path) -> bool:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(path, os.W_OK | os.X_OK)
-
-
-def _resolve_cache_dir(data_dir: Path, cache_dir: str | os.PathLike | None) -> Path:
+def _resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
+    """The parsed arrays' cache: ``cache_dir``, else the per-user one. Never a folder of the data
+    directory, which may be a shared copy of the canonical files that is only to be read; the
+    folder is made when the first array is written to it."""
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
-    candidate = data_dir / "cache"
-    if _writable_dir(candidate):
-        return candidate
     return _USER_CACHE.expanduser() / "cache"
 
 
@@ -257,6 +252,7 @@ def _fetch(rel: str, data_dir: Path, urls: list[str], note: str = "") -> Path:
     )
     if os.environ.get("ZOO_OFFLINE") == "1":
         raise DatasetError(f"Missing data file {dest} and ZOO_OFFLINE=1. {note}{where}")
+    _check_download_folder(data_dir, dest, urls[0])
     # What a download killed mid-write (SIGKILL, a power cut) left behind. One under way in
     # another process writes a chunk at a time, so its file is never this old.
     remove_stale_temporaries(dest, older_than=_STALE_WRITE_S)
@@ -272,6 +268,22 @@ def _fetch(rel: str, data_dir: Path, urls: list[str], note: str = "") -> Path:
     raise DatasetError(
         f"Missing data file {dest} and the download failed ({'; '.join(errors)}). {note}{where}"
     )
+
+
+def _check_download_folder(data_dir: Path, dest: Path, url: str) -> None:
+    """Make the folder a download of ``dest`` goes to, and check that a file can be written in
+    it, before any download: an error in writing there is no failed download of each mirror."""
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        probe_writable(dest.parent, dest.name)
+    except OSError as err:
+        reason = f"{err.strerror or err}: {err.filename}" if err.filename else str(err)
+        raise DatasetError(
+            f"Missing data file {dest}, and the data directory {data_dir} cannot be created or "
+            f"written ({reason}), so it cannot be downloaded there. Set ZOO_DATA_DIR (or pass "
+            f"data_dir=) to a folder that can be written, or that already holds the files, or put "
+            f"the file at {dest} yourself (from {url})."
+        ) from err
 
 
 def _check_present(data_dir: Path, *paths: Path) -> None:
@@ -498,8 +510,8 @@ def load_mnist(
         Data directory (default: ``$ZOO_DATA_DIR``, else ``~/.cache/ppl-zoo``); files are read
         from ``<data_dir>/mnist/`` and downloaded there when missing.
     cache_dir : str or os.PathLike, optional
-        Where parsed ``.npy`` arrays are cached (default: ``<data_dir>/cache`` when writable,
-        else ``~/.cache/ppl-zoo/cache``).
+        Where parsed ``.npy`` arrays are cached (default: ``~/.cache/ppl-zoo/cache``). Nothing
+        is written in the data directory but the files downloaded there.
 
     Returns
     -------
@@ -537,7 +549,7 @@ def load_mnist(
     _check_split(split, _MNIST_SPLITS)
     img_name, lab_name, n = _MNIST_SPLITS[split]
     data_dir = resolve_data_dir(data_dir)
-    cache = _resolve_cache_dir(data_dir, cache_dir)
+    cache = _resolve_cache_dir(cache_dir)
 
     def parse_file(name, magic, tail):
         def parse(blobs):
@@ -581,9 +593,10 @@ def load_binarized_mnist(
     split : {"train", "valid", "test"}
         50,000, 10,000 or 10,000 rows.
     data_dir : str or os.PathLike, optional
-        Data directory; the file is ``<data_dir>/binarized_mnist/binarized_mnist_{split}.amat``.
+        Data directory; the file is ``<data_dir>/binarized_mnist/binarized_mnist_{split}.amat``,
+        downloaded there when missing (see :func:`load_mnist`).
     cache_dir : str or os.PathLike, optional
-        Where the parsed ``.npy`` array is cached (see :func:`load_mnist`).
+        Where the parsed ``.npy`` array is cached (default: ``~/.cache/ppl-zoo/cache``).
 
     Returns
     -------
@@ -612,7 +625,7 @@ def load_binarized_mnist(
     """
     _check_split(split, _BINARIZED_SPLITS)
     data_dir = resolve_data_dir(data_dir)
-    cache = _resolve_cache_dir(data_dir, cache_dir)
+    cache = _resolve_cache_dir(cache_dir)
     src = _binarized_source(split, data_dir)
     return _load_cached(
         f"binarized_mnist_{split}",
@@ -643,8 +656,9 @@ def dynamic_binarize(images: np.ndarray, rng: np.random.Generator) -> np.ndarray
     TypeError
         ``rng`` is not a ``numpy.random.Generator``.
     ValueError
-        Values outside [0, 255], or floating-point images that look like [0, 1] (largest value
-        at most 1).
+        Values outside [0, 255], NaN or infinite values, floating-point images that look like
+        [0, 1] (largest value at most 1), or integer images that are binary already (largest
+        value 1).
 
     Examples
     --------
@@ -654,16 +668,26 @@ def dynamic_binarize(images: np.ndarray, rng: np.random.Generator) -> np.ndarray
     >>> dynamic_binarize(grey, np.random.default_rng(0))
     array([[0, 0, 1, 1, 1]], dtype=uint8)
 
-    Grey levels in [0, 1] are refused (multiply them by 255):
+    Grey levels in [0, 1] are refused (multiply them by 255), and so are images that are binary
+    already:
 
     >>> dynamic_binarize(grey / 255, np.random.default_rng(0))
     Traceback (most recent call last):
     ...
     ValueError: images must be grey levels in [0, 255]; these look like [0, 1] ...
+    >>> dynamic_binarize(np.array([[0, 1, 1]], dtype=np.uint8), np.random.default_rng(0))
+    Traceback (most recent call last):
+    ...
+    ValueError: images must be grey levels in [0, 255]; these are binary already ...
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     images = np.asarray(images)
+    if images.dtype.kind == "f" and not np.isfinite(images).all():
+        raise ValueError(
+            "images must be grey levels in [0, 255]; these hold NaN or infinite values: drop or "
+            "replace them first."
+        )
     if images.size and (images.min() < 0 or images.max() > 255):
         raise ValueError("images must have values in [0, 255]")
     if images.dtype.kind == "f" and images.size and 0 < images.max() <= 1:
@@ -671,6 +695,14 @@ def dynamic_binarize(images: np.ndarray, rng: np.random.Generator) -> np.ndarray
             "images must be grey levels in [0, 255]; these look like [0, 1] (largest value "
             f"{images.max()}): multiply them by 255. (fit(..., dynamic_binarization=True) takes "
             "[0, 1].)"
+        )
+    # Integers whose largest value is 1 are binary already (load_binarized_mnist's), not grey
+    # levels: as such, nearly every pixel would come out 0.
+    if images.dtype.kind in "biu" and images.size and images.max() == 1:
+        raise ValueError(
+            "images must be grey levels in [0, 255]; these are binary already (integers, largest "
+            "value 1), as load_binarized_mnist gives: use them as they are, or binarize grey "
+            "levels such as load_mnist's images."
         )
     probs = images.astype(np.float64) / 255.0
     return (rng.random(images.shape) < probs).astype(np.uint8)

@@ -5,10 +5,13 @@ reads or its checkpoint."""
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
+import zlib
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from zoo.files import unwritable_reason
 
@@ -72,6 +75,8 @@ def _read_npy(path: str) -> np.ndarray:
         with open(path, "rb") as f:
             if f.read(len(_NPY_MAGIC)) == _NPY_MAGIC:
                 f.seek(0)
+                _check_declared_size(f, os.fstat(f.fileno()).st_size)
+                f.seek(0)
                 return np.load(f, allow_pickle=False)
     except (ValueError, EOFError) as err:
         raise ValueError(
@@ -91,9 +96,12 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
         with open(path, "rb") as f:
             if zipfile.is_zipfile(f):
                 f.seek(0)
+                _check_member_sizes(f)
+                f.seek(0)
                 with np.load(f, allow_pickle=False) as arrays:
                     data = {key: arrays[key] for key in arrays.files}
-    except (ValueError, EOFError, zipfile.BadZipFile) as err:
+    # zlib.error: a compressed member whose bytes were damaged.
+    except (ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
         raise ValueError(
             f"argument --data: {path!r} is not a readable .npz archive: {_unpickled(str(err))}."
         ) from None
@@ -111,6 +119,52 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
             "are not .npy arrays."
         )
     return data
+
+
+def _check_declared_size(f, size: int, member: str | None = None) -> None:
+    """Refuse a .npy array whose header declares more data than the ``size`` bytes of the file
+    (or the archive's ``member``) ``f`` holds, from the header alone: numpy allocates the declared array
+    before it reads a byte of it, so a damaged or forged header of a small file would ask for
+    terabytes. ``f`` is at the start of the array; a version of the format numpy does not know,
+    or an array of Python objects, is left for ``np.load`` to refuse."""
+    version = npy_format.read_magic(f)
+    if version == (1, 0):
+        shape, _, dtype = npy_format.read_array_header_1_0(f)
+    elif version in ((2, 0), (3, 0)):
+        # Version 3 differs from 2 only in its header's encoding (UTF-8, for field names, not
+        # latin-1), which changes no byte count.
+        shape, _, dtype = npy_format.read_array_header_2_0(f)
+    else:
+        return
+    if dtype.hasobject:
+        return
+    declared, holds = math.prod(shape) * dtype.itemsize, size - f.tell()
+    if declared > holds:
+        header, holder = (
+            (f"the header of its member {member!r}", "the member")
+            if member
+            else ("its header", "the file")
+        )
+        raise ValueError(
+            f"{header} declares {declared} bytes of data (shape {shape} of {dtype}), but "
+            f"{holder} holds only {holds} after it: it is truncated or damaged"
+        )
+
+
+def _check_member_sizes(f) -> None:
+    """:func:`_check_declared_size` for each .npy array in the zip archive ``f``, against the
+    size the archive records for it (numpy reads a member not named ``*.npy``, or without the
+    .npy header, as its bytes, which the caller refuses)."""
+    with zipfile.ZipFile(f) as archive:
+        for member in archive.infolist():
+            if not member.filename.endswith(".npy"):
+                continue
+            with archive.open(member) as stream:
+                if stream.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+                    continue
+                stream.seek(0)
+                key = member.filename[: -len(".npy")]
+                _check_declared_size(stream, member.file_size, key)
 
 
 def check_new_file(flag: str, path: str, inputs=()) -> None:
