@@ -19,11 +19,13 @@ memory stays bounded for any ``S`` and ``N``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from inference.backends import get_backend
+from inference.persistence.checkpoint_header import config_arrays, fingerprint
 
 #: Rows x particles evaluated at once; bounds memory at about this many network evaluations.
 CHUNK_ELEMENTS = 50_000
@@ -49,6 +51,19 @@ def check_num_samples(num_samples) -> int:
 
 #: Weight functions by (model, guide, backend, device, dtype, config): NumPyro compiles once.
 _WEIGHT_FUNCTIONS: dict = {}
+
+
+def config_key(config) -> str:
+    """The config's values as a key of ``_WEIGHT_FUNCTIONS``: the fingerprint a checkpoint
+    takes of it (arrays by their bytes), with the fields computed from the data too, which
+    scoring reads (a mixture's units). Not its repr: numpy's elides the middle of an array of
+    more than 1000 numbers and rounds each to 8 digits, so configs that differ there would
+    share a key, and one fit would be scored with another's config."""
+    arrays = config_arrays(config)  # every field but those computed from the data
+    for field in dataclasses.fields(config):
+        if field.name not in arrays:  # as config_arrays takes a value that is not an array
+            arrays[field.name] = np.asarray(getattr(config, field.name), dtype=object).astype(str)
+    return fingerprint(arrays)
 
 
 def _weight_function(spec, guide, back, config, device, dtype, config_key):
@@ -114,8 +129,7 @@ def importance_statistics(fit: Fitted, data: dict, num_samples: int, seed: int =
     device = back.resolve_device(device)
     dtype = fit.dtype
     config = back.backend_config(fit.config, device, dtype)
-    config_key = repr(fit.config)
-    weights = _weight_function(spec, fit.guide, back, config, device, dtype, config_key)
+    weights = _weight_function(spec, fit.guide, back, config, device, dtype, config_key(fit.config))
     params = back.as_params(fit.raw_params, device, dtype)
 
     num_data = len(next(iter(data.values())))

@@ -664,6 +664,22 @@ def as_params(params: dict, device, dtype: str) -> dict:
     }
 
 
+def guide_drawn(guide):
+    """``guide`` with each of its sample sites marked as not enumerated (``enumerate: None``).
+
+    ``handlers.replay`` copies a guide site's ``infer`` into the model's site of that name. A
+    guide may mark its discrete latent ``enumerate="parallel"``, so that ``TraceEnum_ELBO``
+    takes the exact expectation over it in training; scoring draws it instead, and the copied
+    mark would have the model sum that latent out again under ``enum`` in place of scoring the
+    draw: each weight would be ``log p(x) - log q(z)`` rather than ``log p(x, z) - log q(z)``.
+    ``config_enumerate`` keeps an ``enumerate`` that a site holds, None included, so the
+    replayed sites stay drawn. The guide's own trace, which no ``enum`` handles, is the same
+    either way."""
+    from numpyro import handlers
+
+    return handlers.infer_config(guide, lambda site: {"enumerate": None})
+
+
 def log_importance_weights_fn(model_and_guide, config, device, dtype: str, enumerated=False):
     """A compiled ``(data, params, seed, num_particles) -> (num_particles, N)`` function of
     ``log p(x_n, z_n) - log q(z_n | x_n)`` with ``z_n ~ q`` (particles by ``vmap``), computed
@@ -682,6 +698,8 @@ def log_importance_weights_fn(model_and_guide, config, device, dtype: str, enume
             return data_plate_log_prob(handlers.trace(model).get_trace(data, config).values())
         from numpyro.contrib.funsor import config_enumerate, enum, plate_to_enum_plate
 
+        # Only the model's latents that the guide does not draw are summed out: a site the
+        # guide drew is scored at the guide's value (``guide_drawn``).
         with plate_to_enum_plate(), enum(first_available_dim=-2):  # left of the data plate
             sites = handlers.trace(config_enumerate(model)).get_trace(data, config).values()
             joint = data_plate_log_prob(sites)
@@ -690,6 +708,8 @@ def log_importance_weights_fn(model_and_guide, config, device, dtype: str, enume
 
     def one(key, data, params):
         model, guide = model_and_guide(params)
+        if enumerated:
+            guide = guide_drawn(guide)
         guide_key, model_key = jax.random.split(key)
         guide_trace = handlers.trace(handlers.seed(guide, guide_key)).get_trace(data, config)
         joint = log_joint(model, model_key, guide_trace, data)
