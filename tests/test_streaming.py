@@ -239,3 +239,19 @@ def test_peak_memory_stays_flat_quick(tmp_path):
     growth = rows[-1]["fit_peak_rss_mb"] - rows[0]["fit_peak_rss_mb"]
     # The largest file is 10x the smallest; the fit's peak grows by far less than the file.
     assert growth < 0.25 * file_mb, rows
+
+
+@pytest.mark.parametrize("algorithm", ["svi-natural", "svi"])
+def test_a_stream_resumed_with_more_steps_is_the_longer_run(tmp_path, gmm_data, algorithm):
+    """Nothing in a run on a stream depends on num_steps: one resumed with more steps is the
+    uninterrupted run of the new length (svi-natural's ran on and said it could not; SVI's
+    refused)."""
+    path = tmp_path / "run.zoo"
+    kwargs = dict(backend="pyro", algorithm=algorithm, num_data=N, tol=0)
+    fit(same_batches(gmm_data, 0, 4), checkpoint=path, num_steps=4, **kwargs)
+    more = fit(same_batches(gmm_data, 0, 8), checkpoint=path, resume=True, num_steps=8, **kwargs)
+    whole = fit(same_batches(gmm_data, 0, 8), num_steps=8, **kwargs)
+    np.testing.assert_array_equal(more.history["step"], np.arange(1, 9))
+    np.testing.assert_array_equal(more.history["objective"], whole.history["objective"])
+    for k in whole.raw_params:
+        np.testing.assert_array_equal(more.raw_params[k], whole.raw_params[k])

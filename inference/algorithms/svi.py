@@ -269,10 +269,11 @@ class SVIState:
 
     @property
     def extendable(self) -> bool:
-        """Whether nothing in the run depends on ``num_steps`` (no temperature spread over it, no
-        stream sized by it), so a resumed run may go on for more steps than it first asked for
-        and match an uninterrupted run of the new length."""
-        return not self.schedule_spans_steps and self.problem.source is None
+        """Whether nothing in the run depends on ``num_steps`` (no temperature spread over it),
+        so a resumed run may go on for more steps than it first asked for and match an
+        uninterrupted run of the new length (minibatches, from memory, a file or a stream, are
+        drawn or read by step)."""
+        return not self.schedule_spans_steps
 
     @property
     def state_layout(self) -> int | None:

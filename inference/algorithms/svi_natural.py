@@ -99,7 +99,9 @@ class NaturalState:
 
     @property
     def extendable(self) -> bool:
-        return False  # the stream of minibatches is sized by num_steps
+        # Nothing depends on num_steps: the step sizes are (step + tau)^-kappa, and minibatches
+        # are drawn (or read from a stream) by step.
+        return True
 
 
 def check_step_size(step_size) -> tuple[float, float]:
