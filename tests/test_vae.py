@@ -2,6 +2,7 @@
 checkpoints and bad input. Small binary 8x8 digits and tiny networks keep it fast."""
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -407,3 +408,26 @@ def test_pyro_meanfield_jit_compiles_each_graph_once_and_computes_the_uncompiled
     np.testing.assert_array_equal(compiled.history["objective"], plain.history["objective"])
     for name, value in plain.raw_params.items():
         np.testing.assert_array_equal(compiled.raw_params[name], value, err_msg=name)
+
+
+def test_a_pyro_fit_starts_from_read_only_arrays_without_a_warning(digits, pyro_fit):
+    """A NumPyro fit's raw_params are read-only: a Pyro fit started from them (as the guide to
+    getting started shows) once made torch warn that the array is not writable."""
+    start = {k: np.array(v) for k, v in pyro_fit.raw_params.items()}
+    for value in start.values():
+        value.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        res = inference.fit(
+            "vae",
+            {"x": digits},
+            "svi",
+            "pyro",
+            init=start,
+            num_steps=1,
+            tol=0,
+            progress=False,
+            **SMALL,
+        )
+    assert all(not value.flags.writeable for value in start.values())  # left as given
+    assert set(res.raw_params) == set(start)

@@ -85,8 +85,10 @@ def torch_module(build, name: str, init: dict, like, config):
         net = build()
     net = net.to_empty(device=like.device).to(dtype=like.dtype)
     prefix = name + "."
+    # Copies: torch.as_tensor alone shares a writable array and warns on a read-only one (a
+    # NumPyro fit's raw_params); load_state_dict copies the values in anyway.
     state = {
-        k[len(prefix) :]: torch.as_tensor(for_torch(v))
+        k[len(prefix) :]: torch.as_tensor(np.array(for_torch(v)))
         for k, v in init.items()
         if k.startswith(prefix)
     }

@@ -3,7 +3,8 @@ algorithms, from the shell.
 
 Options the command does not know are the model's and the algorithm's own, passed to ``fit``
 by name: ``--K 8``, ``--weight-prior dirichlet_process``, ``--lr 0.01`` (a value is read as
-JSON, else as a string; a file or a name, such as ``--checkpoint``'s, is taken as typed);
+JSON, else as a number or a Python literal such as ``True`` or ``(16,)``, else as a string; a
+file or a name, such as ``--checkpoint``'s, is taken as typed);
 ``--option NAME=VALUE`` says the same. ``zoo fit``'s checkpoint options pass the same way:
 ``--checkpoint FILE``, ``--checkpoint-every N`` and ``--resume true``.
 ``zoo fit MODEL --help`` lists a model's options, their types, defaults and meanings.
@@ -366,7 +367,8 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
             default=[],
             metavar="NAME=VALUE",
             help="a model or algorithm option (repeatable), e.g. --option K=8; VALUE is read "
-            "as JSON, else as a string (a file or a name, such as --checkpoint's, as typed)",
+            "as JSON, else as a number or a Python literal (True, (16,)), else as a string (a "
+            "file or a name, such as --checkpoint's, as typed)",
         )
         p.add_argument(
             "--seed",
