@@ -181,3 +181,17 @@ def test_the_shell_records_a_failed_run_when_asked(svi_diverges, capsys):
     table = said.out.splitlines()
     assert table[0].endswith("| error |") and "NonFiniteObjectiveError" in table[3]
     assert "zoo: RuntimeWarning: svi enum pyro seed 0 (2/2) failed and is recorded" in said.err
+
+
+def test_a_fresh_elbo_of_an_enumerated_guide_sums_its_latents_out():
+    """An enumerated guide draws nothing for z: scored by the trace ELBO, the model drew z from
+    its prior (-1398 against -478 nats on 100 points); it is the enumerated ELBO."""
+    data = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", inference.ConvergenceWarning)
+        res = inference.fit(
+            "bayesian_gmm", data, "svi", "pyro", guide="enum", K=3, num_steps=5, progress=False
+        )
+    fresh = svi.fresh_elbo(res, data, num_particles=20)
+    assert fresh == svi.enumerated_elbo(res, data, num_particles=20, seed=res.seed)
+    assert fresh / 100 == pytest.approx(res.objective / 100, abs=0.5)

@@ -663,7 +663,10 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
 
 def fresh_elbo(result, data, num_particles: int) -> float:
     """A fresh Monte-Carlo ELBO of a fitted SVI run with its own guide, in nats (sum over
-    points), whatever bound the run was trained with."""
+    points), whatever bound the run was trained with. A guide that sums discrete latents out
+    (an enumerated one) draws nothing for them: its ELBO is :func:`enumerated_elbo`'s."""
+    if result.spec.guide_kind(result.guide, result.backend).enumerated:
+        return enumerated_elbo(result, data, num_particles, result.seed)
     # The record holds the objective the fit used (``_objective``: the mean-field one for a
     # closed-form-KL guide). A mean-field run keeps it: the same ELBO, its KL taken exactly.
     # An importance-weighted run does not: its bound with ``num_particles`` samples lies above
