@@ -58,6 +58,13 @@ class Traits:
         ``window`` steps is less than ``tol`` nats above its mean over the ``window`` before.
     window : int
         A stochastic objective's smoothing window, in steps (see ``tol``).
+    noise_bound : bool
+        The stopping rule of a stochastic objective also asks that its two windows' means be
+        known to within ``tol``: where the standard error of their difference is above it, the
+        rule cannot tell a run that has converged from one still rising, and the run goes on
+        (to warn at ``num_steps`` that the noise hid it). For an algorithm whose steps do not
+        settle the iterates on their own (natural-gradient SVI on small minibatches); SVI's
+        stages of learning rates and their averaged iterates do.
     objective : str
         What its objective is, in words (``"ELBO"``, ``"log-likelihood"``).
     must_improve : bool
@@ -83,6 +90,7 @@ class Traits:
     tol: float | None
     objective: str
     window: int = 500
+    noise_bound: bool = False
     must_improve: bool = True
     estimate: str = "posterior"
     dtype: str = "float64"

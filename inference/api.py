@@ -820,8 +820,13 @@ def _warn_unconverged(settings: _Settings, result, start: int = 0):
         if stochastic
         else "Raise num_steps or tol."
     )
+    window = alg.traits.window if stochastic else None
+    noise = None
+    if stochastic and alg.traits.noise_bound:
+        objectives = result.history["objective"]
+        noise = convergence.hidden_by_noise(objectives, tol, result.num_data, window)
     message = convergence.unconverged_message(
-        run_name, result.num_steps, tol, advice, alg.traits.window if stochastic else None, start
+        run_name, result.num_steps, tol, advice, window, start, noise
     )
     warnings.warn(message, convergence.ConvergenceWarning, stacklevel=4)
     return result

@@ -71,16 +71,44 @@ def too_few_for_window(count: int, window: int, start: int = 0) -> bool:
     return count - start < 2 * window
 
 
-def window_converged(objectives, tol: float, num_data: int, window: int, start: int = 0) -> bool:
+def window_converged(
+    objectives, tol: float, num_data: int, window: int, start: int = 0, noise_bound=False
+) -> bool:
     """Whether the mean of the last ``window`` objectives (summed over ``num_data`` points) is
     less than ``tol`` nats per point above the mean of the ``window`` before, counting only
     objectives from index ``start`` on (a learning rate that is still high leaves a noise floor
-    that is not the optimum: the rule waits for its last stage)."""
+    that is not the optimum: the rule waits for its last stage). With ``noise_bound``, the
+    standard error of that difference (:func:`window_noise`) must be below ``tol`` too."""
     if not tol or too_few_for_window(len(objectives), window, start):
         return False
     recent = np.asarray(objectives[-2 * window :], dtype=float) / num_data
     gain = recent[window:].mean() - recent[:window].mean()
+    if noise_bound and window_noise(objectives, num_data, window) >= tol:
+        return False  # a gain of tol would be lost in the noise: the rule cannot tell
     return bool(gain < tol)
+
+
+def window_noise(objectives, num_data: int, window: int) -> float:
+    """The standard error, in nats per point, of the difference between the means of the last
+    two windows of ``window`` objectives: how large a gain between them the noise could hide.
+    Each step's noise is taken as independent, its variance as half the mean square of the
+    changes from step to step, which a smooth rise (an objective still climbing) barely
+    touches."""
+    recent = np.asarray(objectives[-2 * window :], dtype=float) / num_data
+    step_variance = np.mean(np.diff(recent) ** 2) / 2
+    return float(np.sqrt(2 * step_variance / window))
+
+
+def hidden_by_noise(objectives, tol: float, num_data: int, window: int) -> float | None:
+    """The noise (:func:`window_noise`) of a run that ended unconverged where it is what hid
+    the verdict: at least ``tol``, and the last gain not clearly above ``tol``; else None (the
+    run was still rising)."""
+    if not tol or len(objectives) < 2 * window:
+        return None
+    noise = window_noise(objectives, num_data, window)
+    recent = np.asarray(objectives[-2 * window :], dtype=float) / num_data
+    gain = recent[window:].mean() - recent[:window].mean()
+    return noise if noise >= tol and gain < tol + 2 * noise else None
 
 
 def converged(alg, objectives, tol: float | None, num_data: int, start: int = 0) -> bool:
@@ -92,15 +120,30 @@ def converged(alg, objectives, tol: float | None, num_data: int, start: int = 0)
         window = alg.traits.window
         if len(objectives) % max(window // 10, 1):  # checked ten times a window
             return False
-        return window_converged(objectives, tol, num_data, window, start)
+        return window_converged(objectives, tol, num_data, window, start, alg.traits.noise_bound)
     return exact_converged(objectives, tol, num_data)
 
 
 def unconverged_message(
-    run: str, num_steps: int, tol: float, advice: str, window: int | None = None, start: int = 0
+    run: str,
+    num_steps: int,
+    tol: float,
+    advice: str,
+    window: int | None = None,
+    start: int = 0,
+    noise: float | None = None,
 ):
     """What a :class:`ConvergenceWarning` says about a run that stopped at ``num_steps``;
-    ``window`` (and the rule's first step ``start``) for a stochastic objective."""
+    ``window`` (and the rule's first step ``start``) for a stochastic objective, and ``noise``
+    where it hid whether the run converged (:func:`hidden_by_noise`)."""
+    if noise is not None and not too_few_for_window(num_steps, window, start):
+        return (
+            f"{run} stopped at num_steps={num_steps} without knowing whether it converged: the "
+            f"noise of its objective hides a gain of tol={tol:g} nats per data point (the mean "
+            f"of its last {window} steps less the mean of the {window} before has a standard "
+            f"error of {noise:.2g}). Use larger minibatches (batch_size), or raise tol to about "
+            f"{_ceiling(noise)}. Pass tol=0 to run a fixed number of steps without this warning."
+        )
     if window is not None and too_few_for_window(num_steps, window, start):
         reason = (
             f"too few steps to check its stopping rule: it compares the mean objective over the "
@@ -117,6 +160,12 @@ def unconverged_message(
         f"{run} stopped at num_steps={num_steps} before converging ({reason}). {advice} Pass "
         "tol=0 to run a fixed number of steps without this warning."
     )
+
+
+def _ceiling(value: float) -> str:
+    """``value`` rounded up to one significant digit, as a tol to suggest."""
+    exponent = math.floor(math.log10(value))
+    return f"{math.ceil(value / 10**exponent) * 10**exponent:.{max(0, -exponent)}f}"
 
 
 #: Draws per chain below which ArviZ computes no r-hat or ESS (its shape check).

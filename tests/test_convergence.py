@@ -271,3 +271,41 @@ def test_a_run_long_enough_for_the_rule_says_it_was_still_rising(blobs):
     assert not res.converged and res.num_steps == 2000
     message = str(caught[0].message)
     assert "still rising by more than tol=1e-09" in message and "a smaller kappa" in message
+
+
+def _rising_under_noise(sd, steps=1000, rise=1e-3, seed=0):
+    """Objectives per point of 1,000 points rising by ``rise`` over ``steps``, with noise ``sd``
+    (a few draws of which make the last window's mean fall below the one before)."""
+    rng = np.random.default_rng(seed)
+    return 1000 * (np.linspace(0.0, rise, steps) + sd * rng.standard_normal(steps))
+
+
+def test_the_rule_with_a_noise_bound_waits_for_means_the_noise_cannot_hide():
+    """Rising by 5e-4 per window (5 times tol) under a noise of 0.01 per step: the windows'
+    means differ by less than tol for some draws, which the plain rule takes for convergence;
+    with the noise bound it cannot, and quiet objectives converge as before."""
+    args = dict(tol=1e-4, num_data=1000, window=500)
+    noisy = [_rising_under_noise(0.01, seed=seed) for seed in range(20)]
+    fooled = [o for o in noisy if convergence.window_converged(o, **args)]
+    assert fooled and not any(
+        convergence.window_converged(o, noise_bound=True, **args) for o in fooled
+    )
+    assert convergence.window_noise(fooled[0], 1000, 500) == pytest.approx(
+        0.01 * np.sqrt(2 / 500), rel=0.1
+    )
+    flat = _rising_under_noise(1e-5, rise=0.0)
+    assert convergence.window_converged(flat, noise_bound=True, **args)
+
+
+def test_natural_gradient_svi_on_small_minibatches_warns_that_noise_hid_convergence():
+    """At its defaults on minibatches of 20 of 2,000 points the rule alone stopped the run
+    (converged=True, no warning) 0.01 nats per point below the optimum."""
+    x = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 2000)
+    with pytest.warns(inference.ConvergenceWarning) as said:
+        res = inference.fit(
+            "bayesian_gmm", x, "svi-natural", "pyro", K=8, batch_size=20, progress=False
+        )
+    assert not res.converged and res.num_steps == 2000
+    message = str(said[0].message)
+    assert "without knowing whether it converged" in message
+    assert "standard error of 0.012" in message and "raise tol to about 0.02" in message
