@@ -657,17 +657,13 @@ def _row(run, seed, res, data, test_data, num_samples) -> dict:
     """The row of the run ``(algorithm, model, backend, guide)`` with ``seed``, whose result is
     ``res``: its objective and held-out log predictive per point (their evaluation timed), its
     length and timings."""
-    alg, target, backend, guide = run
+    alg, target = run[:2]
     evaluation = time.perf_counter()
     heldout = res.log_marginal_likelihood(test_data, num_samples=num_samples, seed=seed)
     objective = comparable_objective(alg, res, data)
     evaluation = time.perf_counter() - evaluation
     return {
-        "model": target.name,
-        "algorithm": alg.name,
-        "guide": guide,
-        "backend": backend,
-        "seed": int(seed),
+        **_run_columns(run, seed),
         "objective": _objective_name(alg, target, res.config),
         "objective_per_point": objective / res.num_data,
         "heldout_log_pred_per_point": float(np.mean(heldout)),
@@ -680,6 +676,18 @@ def _row(run, seed, res, data, test_data, num_samples) -> dict:
     }
 
 
+def _run_columns(run, seed) -> dict:
+    """The columns that name the run ``(algorithm, model, backend, guide)`` with ``seed``."""
+    alg, target, backend, guide = run
+    return {
+        "model": target.name,
+        "algorithm": alg.name,
+        "guide": guide,
+        "backend": backend,
+        "seed": int(seed),
+    }
+
+
 def _error_line(err: BaseException) -> str:
     """An error in one line: its type and the first line of its message."""
     lines = str(err).strip().splitlines()
@@ -688,14 +696,9 @@ def _error_line(err: BaseException) -> str:
 
 def _failed_row(run, seed, err) -> dict:
     """The row of a run that raised (``on_error="record"``): what ran, and its error."""
-    alg, target, backend, guide = run
     nan = float("nan")
     return {
-        "model": target.name,
-        "algorithm": alg.name,
-        "guide": guide,
-        "backend": backend,
-        "seed": int(seed),
+        **_run_columns(run, seed),
         "objective": None,
         "objective_per_point": nan,
         "heldout_log_pred_per_point": nan,
