@@ -17,7 +17,7 @@ from inference.algorithm import ignores
 from inference.algorithms import closed_form, svi
 from inference.api import check_flag, fit, model_options
 from inference.backends import get_backend
-from inference.loop import labelled_bar
+from inference.loop import first_line, labelled_bar
 from inference.registry import every_option_name, get_algorithm, list_algorithms
 from zoo import get_model
 from zoo.options import did_you_mean
@@ -690,8 +690,7 @@ def _run_columns(run, seed) -> dict:
 
 def _error_line(err: BaseException) -> str:
     """An error in one line: its type and the first line of its message."""
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+    return f"{type(err).__name__}: {first_line(err)}"
 
 
 def _failed_row(run, seed, err) -> dict:

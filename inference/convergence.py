@@ -81,11 +81,21 @@ def window_converged(
     standard error of that difference (:func:`window_noise`) must be below ``tol`` too."""
     if not tol or too_few_for_window(len(objectives), window, start):
         return False
-    recent = np.asarray(objectives[-2 * window :], dtype=float) / num_data
-    gain = recent[window:].mean() - recent[:window].mean()
     if noise_bound and window_noise(objectives, num_data, window) >= tol:
         return False  # a gain of tol would be lost in the noise: the rule cannot tell
-    return bool(gain < tol)
+    return bool(window_gain(objectives, num_data, window) < tol)
+
+
+def _last_two_windows(objectives, num_data: int, window: int) -> np.ndarray:
+    """The last ``2 * window`` objectives, per data point."""
+    return np.asarray(objectives[-2 * window :], dtype=float) / num_data
+
+
+def window_gain(objectives, num_data: int, window: int) -> float:
+    """The mean of the last ``window`` objectives less the mean of the ``window`` before, in
+    nats per data point."""
+    recent = _last_two_windows(objectives, num_data, window)
+    return float(recent[window:].mean() - recent[:window].mean())
 
 
 def window_noise(objectives, num_data: int, window: int) -> float:
@@ -94,7 +104,7 @@ def window_noise(objectives, num_data: int, window: int) -> float:
     Each step's noise is taken as independent, its variance as half the mean square of the
     changes from step to step, which a smooth rise (an objective still climbing) barely
     touches."""
-    recent = np.asarray(objectives[-2 * window :], dtype=float) / num_data
+    recent = _last_two_windows(objectives, num_data, window)
     step_variance = np.mean(np.diff(recent) ** 2) / 2
     return float(np.sqrt(2 * step_variance / window))
 
@@ -106,8 +116,7 @@ def hidden_by_noise(objectives, tol: float, num_data: int, window: int) -> float
     if not tol or len(objectives) < 2 * window:
         return None
     noise = window_noise(objectives, num_data, window)
-    recent = np.asarray(objectives[-2 * window :], dtype=float) / num_data
-    gain = recent[window:].mean() - recent[:window].mean()
+    gain = window_gain(objectives, num_data, window)
     return noise if noise >= tol and gain < tol + 2 * noise else None
 
 

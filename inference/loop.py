@@ -203,7 +203,7 @@ def final_result(results, state, history, converged):
     except (np.linalg.LinAlgError, ArithmeticError) as err:
         raise NonFiniteObjectiveError(
             f"The parameters of step {last} cannot be summarised ({type(err).__name__}: "
-            f"{_first_line(err)}); no parameters are kept. {results.advice}"
+            f"{first_line(err)}); no parameters are kept. {results.advice}"
         ) from err
     bad = _nonfinite_names(result.params)
     if bad:
@@ -297,7 +297,8 @@ def nonfinite_advice(alg, spec, given: dict | None = None) -> str:
     return " ".join(a for a in advice if a)
 
 
-def _first_line(err: BaseException, limit: int = 200) -> str:
+def first_line(err: BaseException, limit: int = 200) -> str:
+    """The first line of ``err``'s message, cut to ``limit`` characters."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -597,7 +598,7 @@ class _Run:
             # non-finite objective does, with advice.
             if not (nonfinite_parameters(alg, state) or _draw_not_factorised(alg, err)):
                 raise
-            what = f"Step {step + 1} failed ({type(err).__name__}: {_first_line(err)})"
+            what = f"Step {step + 1} failed ({type(err).__name__}: {first_line(err)})"
             raise self.nonfinite_error(step, what) from err
         objective = info.objective
         if not math.isfinite(objective):
@@ -663,7 +664,7 @@ class _Run:
             # range); the error's own words are kept in the message.
             if isinstance(err, RuntimeError) and not nonfinite_parameters(self.alg, self.state):
                 raise
-            failure = f"{type(err).__name__}: {_first_line(err)}"
+            failure = f"{type(err).__name__}: {first_line(err)}"
             what = f"Validation after step {step + 1} failed ({failure})"
             raise self.nonfinite_error(step + 1, what) from err
         scored = self.history.get("validation_step", [])

@@ -129,7 +129,7 @@ class ClosedFormUpdates:
         ``"kmeans"``, the default, ``"random"``, ``"random_from_data"`` or an (N, K) array), or
         None for a model that starts from its own point (then ``init`` must be None)."""
         if self.start == "responsibilities":
-            init = DEFAULT_INIT if init is None else init
+            init = self.default_init if init is None else init
             return initial_responsibilities(data["x"], config.K, init, seed)
         if init is not None:
             raise ValueError(
