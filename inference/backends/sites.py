@@ -41,7 +41,7 @@ def check_reparameterised(guide_sites) -> None:
 def data_plate_scale(sites) -> float:
     """The scale of the ``data`` plate's log-densities: ``num_data / rows`` on a minibatch, 1 on
     the whole data. Read from an observed site, as a latent site may carry a weight of its own
-    besides (``bam_classifier``'s KL weight, and its warm-up's step-dependent value)."""
+    besides (a KL weight, or a warm-up's step-dependent value of it)."""
     in_plate = [s for s in draws(sites) if "data" in {f.name for f in s["cond_indep_stack"]}]
     for site in [s for s in in_plate if s["is_observed"]] or in_plate:
         scale = site.get("scale")
