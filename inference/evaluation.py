@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+import zoo
 from inference.backends import get_backend
 from inference.persistence.checkpoint_header import config_arrays, fingerprint
 
@@ -51,6 +52,16 @@ def check_num_samples(num_samples) -> int:
 
 #: Weight functions by (model, guide, backend, device, dtype, config): NumPyro compiles once.
 _WEIGHT_FUNCTIONS: dict = {}
+
+
+def _forget_model(spec) -> None:
+    """Forget the weight functions of a model registered or unregistered now: its code may
+    have been edited and reloaded, and its name alone would score with the old code."""
+    for key in [k for k in _WEIGHT_FUNCTIONS if k[0] == spec.name]:
+        del _WEIGHT_FUNCTIONS[key]
+
+
+zoo.on_registry_change(_forget_model)
 
 
 def config_key(config) -> str:

@@ -11,6 +11,7 @@ loaded the first time the registry is listed or queried). ``docs/extending.md`` 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 from zoo.options import did_you_mean
 from zoo.plugins import new_entry_points
@@ -31,6 +32,7 @@ __all__ = [
     "list_models",
     "load_plugins",
     "model_source",
+    "on_registry_change",
     "register",
     "unregister",
 ]
@@ -45,6 +47,7 @@ _SOURCES: dict[str, str] = {}  # name -> where the model came from, for messages
 _UNCHECKED: set[str] = set()
 _SEEN_ENTRY_POINTS: set[tuple[str, str]] = set()
 _plugins_loaded = False
+_LISTENERS: list[Callable[[ModelSpec], None]] = []
 
 
 class ZooPluginWarning(UserWarning):
@@ -149,7 +152,33 @@ def unregister(name: str) -> ModelSpec:
     del _REGISTRY[name]
     _SOURCES.pop(name, None)
     _UNCHECKED.discard(name)
+    _tell_listeners(spec)
     return spec
+
+
+def on_registry_change(callback: Callable[[ModelSpec], None]) -> None:
+    """Call ``callback(spec)`` each time a spec is registered or unregistered, with that spec.
+
+    What keeps work done for a model's code (the inference layer's compiled functions, by the
+    model's name and its updates' module) forgets it here: a model edited while developing,
+    reloaded and registered again under its name must run its new code, not the old code's
+    compiled functions.
+
+    Parameters
+    ----------
+    callback : callable
+        Called with the ``ModelSpec`` that was registered or unregistered.
+
+    Returns
+    -------
+    None
+    """
+    _LISTENERS.append(callback)
+
+
+def _tell_listeners(spec: ModelSpec) -> None:
+    for callback in _LISTENERS:
+        callback(spec)
 
 
 def list_models() -> list[str]:
@@ -313,6 +342,7 @@ def _add(spec: ModelSpec, *, replace: bool, check: bool, source: str) -> None:
     _REGISTRY[spec.name] = spec
     _SOURCES[spec.name] = source
     _UNCHECKED.discard(spec.name)
+    _tell_listeners(spec)
 
 
 def _register_builtins() -> None:

@@ -25,6 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpyro  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 
+import zoo  # noqa: E402
 from inference import learning_rate  # noqa: E402
 from inference.backends import exported  # noqa: E402
 from inference.backends.numpyro_adam import StagedAdam  # noqa: E402
@@ -504,6 +505,20 @@ def clear_compiled() -> None:
     """Forget the compiled functions of earlier fits (the next fit of each structure compiles)."""
     _COMPILED.clear()
     _COMPILED_STEPS.clear()
+
+
+def _forget_model(spec) -> None:
+    """Forget what was compiled for a model registered or unregistered now: its SVI (kept by
+    the model's name) and its closed-form updates (by their module's name). Its code may have
+    been edited and reloaded, and the names alone would run the old code."""
+    module = spec.updates.module if spec.updates is not None else None
+    for key in [k for k in _COMPILED if k[0][0] == spec.name]:
+        del _COMPILED[key]
+    for key in [k for k in _COMPILED_STEPS if module is not None and k[0][0] == module]:
+        del _COMPILED_STEPS[key]
+
+
+zoo.on_registry_change(_forget_model)
 
 
 class SVIEngine:
