@@ -18,9 +18,10 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
       that EM must pull apart);
     * ``"random_from_data"``: K data points with distinct values drawn as centres, each point
       assigned to the nearest (scikit-learn's GaussianMixture option of that name; one matrix
-      product, so it stays cheap where k-means on large N and K does not). Where ``x`` has fewer
-      than K distinct rows, each distinct row gets a component of its own and the rest start
-      empty (with a warning), as k-means leaves them.
+      product, so it stays cheap where k-means on large N and K does not).
+
+    Where ``x`` has fewer than K distinct rows, ``"kmeans"`` and ``"random_from_data"`` give each
+    distinct row a component of its own and start the rest empty, with a warning.
     """
     n = x.shape[0]
     if x.dtype not in (np.float32, np.float64):  # scipy's k-means takes no other dtype
@@ -36,10 +37,7 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
             return resp / resp.sum(axis=1, keepdims=True)
         if init == "random_from_data":
             return np.eye(K)[_random_from_data(x, K, rng)]
-        from scipy.cluster.vq import kmeans2
-
-        _, labels = kmeans2(x, K, seed=rng, minit="++")
-        return np.eye(K)[labels]
+        return np.eye(K)[_kmeans(x, K, rng)]
     if isinstance(init, Mapping):
         raise TypeError(
             "init for CAVI, EM and natural-gradient SVI is (N, K) responsibilities or one of "
@@ -61,6 +59,31 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
     return resp
 
 
+def _kmeans(x: np.ndarray, K: int, rng: np.random.Generator) -> np.ndarray:
+    """Component of every row: scipy's k-means (k-means++ seeding, 10 Lloyd steps)."""
+    from scipy.cluster.vq import kmeans2
+
+    if _fewer_distinct_rows(x, K):
+        # k-means++ seeding runs out of new rows to seed from, scipy divides by zero and warns
+        # of an empty cluster at every step, and ends where this starts: each distinct row a
+        # cluster, the rest empty.
+        _, first, value_of_row = np.unique(x, axis=0, return_index=True, return_inverse=True)
+        return _component_per_distinct_row(len(first), value_of_row, K, "kmeans", rng)
+    _, labels = kmeans2(x, K, seed=rng, minit="++")
+    return labels
+
+
+def _fewer_distinct_rows(x: np.ndarray, K: int) -> bool:
+    """Whether ``x`` has fewer than K distinct rows, counted in a prefix that grows fourfold:
+    ordinary data show K distinct rows among their first few, and are not sorted whole."""
+    size = 4 * K
+    while len(np.unique(x[:size], axis=0)) < K:
+        if size >= len(x):
+            return True
+        size *= 4
+    return False
+
+
 def _random_from_data(x: np.ndarray, K: int, rng: np.random.Generator) -> np.ndarray:
     """Component of every row: the nearest of K data points with distinct values drawn as centres.
 
@@ -76,14 +99,22 @@ def _random_from_data(x: np.ndarray, K: int, rng: np.random.Generator) -> np.nda
     _, first, value_of_row = np.unique(x, axis=0, return_index=True, return_inverse=True)
     if len(first) >= K:
         return _nearest(x, x[rng.choice(first, size=K, replace=False)])
+    return _component_per_distinct_row(len(first), value_of_row, K, "random_from_data", rng)
+
+
+def _component_per_distinct_row(
+    num_distinct: int, value_of_row: np.ndarray, K: int, init: str, rng: np.random.Generator
+) -> np.ndarray:
+    """Component of every row where ``x`` has fewer distinct rows than K: each distinct value
+    (``value_of_row`` indexes them) a component of its own, in random order, the rest empty."""
     warnings.warn(
-        f"x has {len(first)} distinct rows, fewer than K = {K} components: init="
-        f"'random_from_data' gives each distinct row a component and starts {K - len(first)} "
+        f"x has {num_distinct} distinct rows, fewer than K = {K} components: init="
+        f"{init!r} gives each distinct row a component and starts {K - num_distinct} "
         "empty. Use a smaller K, or pass init as (N, K) responsibilities.",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
-    return rng.permutation(len(first))[value_of_row.reshape(-1)]
+    return rng.permutation(num_distinct)[value_of_row.reshape(-1)]
 
 
 def _nearest(x: np.ndarray, centres: np.ndarray, chunk: int = 4096) -> np.ndarray:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from zoo.scoring_blocks import SCORING_BLOCK_BYTES, draws_repeat_first
+
 LOG_2PI = np.log(2 * np.pi)
 
 
@@ -97,26 +99,79 @@ def sites_from_params(params, config) -> dict:
     return sites
 
 
-def log_likelihood(samples, data, chunk: int = 64) -> np.ndarray:
-    """(S, N) log sum_k w_sk N(x_n | mu_sk, Lambda_sk^-1), in chunks of draws to bound memory."""
+def log_likelihood(samples, data) -> np.ndarray:
+    """(S, N) log sum_k w_sk N(x_n | mu_sk, Lambda_sk^-1), in blocks of draws and rows that
+    bound memory (:data:`SCORING_BLOCK_BYTES`). Draws that repeat the first (a point
+    estimate) are scored once."""
     from scipy.special import logsumexp  # here: SciPy's special functions import slowly
 
-    out = []
-    for start in range(0, samples["weights"].shape[0], chunk):
-        draws = {k: v[start : start + chunk] for k, v in samples.items()}
-        out.append(logsumexp(component_log_joint(draws, data["x"]), axis=-1))
-    return np.concatenate(out, axis=0)
+    num_draws = samples["weights"].shape[0]
+    if num_draws > 1 and draws_repeat_first(samples):
+        first = log_likelihood({k: v[:1] for k, v in samples.items()}, data)
+        return np.repeat(first, num_draws, axis=0)
+    return _assembled(samples, data["x"], lambda joint: logsumexp(joint, axis=-1))
 
 
 def component_log_joint(samples, x) -> np.ndarray:
-    """(S, N, K) log w_sk + log N(x_n | mu_sk, Lambda_sk^-1) of every draw at every row."""
-    d = x.shape[1]
+    """(S, N, K) log w_sk + log N(x_n | mu_sk, Lambda_sk^-1) of every draw at every row, in
+    blocks of draws and rows that bound the memory beyond the output."""
+    return _assembled(samples, x, lambda joint: joint)
+
+
+def _assembled(samples, x, of_block) -> np.ndarray:
+    """(S, N, ...): ``of_block`` of each block's (draws, rows, K) component log joints, put
+    together."""
+    out = None
+    for draws, rows, joint in _component_log_joint_blocks(samples, x):
+        values = of_block(joint)
+        if out is None:  # shaped and typed as the blocks' values are
+            out = np.empty((samples["weights"].shape[0], len(x), *values.shape[2:]), values.dtype)
+        out[draws, rows] = values
+    return out
+
+
+def _component_log_joint_blocks(samples, x):
+    """``(draws, rows, joint)`` over blocks of draws and rows covering (S, N): ``joint`` the
+    (draws, rows, K) component log joints, each block's arrays within
+    :data:`SCORING_BLOCK_BYTES` (a single draw of a single row aside)."""
+    num_draws, k, d = samples["means"].shape
+    draws_per_block, rows_per_block = _block_shape(num_draws, len(x), k, d)
+    # At least one block, empty where there are no draws or no rows, so that the output takes
+    # its shape and type from a block.
+    for start in range(0, max(num_draws, 1), draws_per_block):
+        draws = slice(start, start + draws_per_block)
+        factors = _cholesky_factors({key: v[draws] for key, v in samples.items()})
+        for row in range(0, max(len(x), 1), rows_per_block):
+            rows = slice(row, row + rows_per_block)
+            yield draws, rows, _block_log_joint(factors, x[rows])
+
+
+def _block_shape(num_draws: int, num_rows: int, k: int, d: int) -> tuple[int, int]:
+    """Draws and rows of a block: rows first (all of them where they fit), then as many draws
+    as fit beside them, and no more draws than their Cholesky factors (K, D, D) fit."""
+    pairs = max(1, SCORING_BLOCK_BYTES // (8 * k * d))  # (draw, row) pairs of a block
+    rows = max(1, min(num_rows, pairs))
+    draws = min(pairs // rows, SCORING_BLOCK_BYTES // (8 * k * d * d))
+    return max(1, min(num_draws, draws)), rows
+
+
+def _cholesky_factors(samples) -> dict:
+    """What scoring reads of a block of draws: the Cholesky factors L of the precisions
+    (Lambda = L L^T), L^T mu, half the log-determinants and the log weights."""
     chol = np.linalg.cholesky(samples["precisions"])  # (S, K, D, D)
+    return {
+        "chol": chol,
+        "projected_means": np.einsum("skij,ski->skj", chol, samples["means"]),
+        "half_logdet": np.log(np.diagonal(chol, axis1=-2, axis2=-1)).sum(-1),
+        "log_weights": np.log(samples["weights"]),
+    }
+
+
+def _block_log_joint(factors: dict, x) -> np.ndarray:
+    """(S, rows, K) component log joints of a block of draws (their ``_cholesky_factors``)
+    at the rows ``x``."""
+    d = x.shape[1]
     # ||L^T (x - mu)||^2 with Lambda = L L^T.
-    proj = (
-        np.einsum("skij,ni->snkj", chol, x)
-        - np.einsum("skij,ski->skj", chol, samples["means"])[:, None]
-    )
-    half_logdet = np.log(np.diagonal(chol, axis1=-2, axis2=-1)).sum(-1)
-    comp = -0.5 * d * LOG_2PI + half_logdet[:, None] - 0.5 * (proj**2).sum(-1)
-    return comp + np.log(samples["weights"])[:, None]
+    proj = np.einsum("skij,ni->snkj", factors["chol"], x) - factors["projected_means"][:, None]
+    comp = -0.5 * d * LOG_2PI + factors["half_logdet"][:, None] - 0.5 * (proj**2).sum(-1)
+    return comp + factors["log_weights"][:, None]

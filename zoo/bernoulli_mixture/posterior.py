@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from zoo.scoring_blocks import SCORING_BLOCK_BYTES, draws_repeat_first
+
 
 def sample_posterior(params, config, family, rng, num_samples):
     """``num_samples`` copies of the point estimate: ``weights`` (S, K), ``probs`` (S, K, D).
@@ -59,10 +61,29 @@ def component_log_likelihood(probs, x):
 
 
 def mixture_log_likelihood(weights, probs, x):
-    """(N,) ``log sum_k weights_k p(x_n | probs_k)``."""
+    """(N,) ``log sum_k weights_k p(x_n | probs_k)``, in blocks of rows: a block's (rows, D)
+    and (rows, K) arrays stay within :data:`SCORING_BLOCK_BYTES` whatever N."""
     from scipy.special import logsumexp  # here: SciPy's special functions import slowly
 
-    return logsumexp(component_log_likelihood(probs, x) + np.log(weights), axis=1)
+    out = np.empty(len(x))
+    for rows in _row_blocks(len(x), 8 * (np.shape(x)[1] + len(weights))):
+        out[rows] = logsumexp(component_log_likelihood(probs, x[rows]) + np.log(weights), axis=1)
+    return out
+
+
+def _row_blocks(num_rows: int, bytes_per_row: int) -> list[slice]:
+    """Slices of consecutive blocks of rows, each near :data:`SCORING_BLOCK_BYTES`."""
+    # BLAS's matrix product rounds a row by its place in a group of rows its kernels take
+    # together, and a block of one row would take the matrix-vector product instead: blocks
+    # start at multiples of 64 rows and the last takes a short remainder in, so that (BLAS on
+    # one thread) every row is scored exactly as one product of all the rows scores it. On
+    # more threads, which share a product's rows out by its size, the last bit can differ.
+    group = 64
+    size = max(group, SCORING_BLOCK_BYTES // bytes_per_row // group * group)
+    starts = list(range(0, num_rows, size))
+    if len(starts) > 1 and num_rows - starts[-1] < group:
+        starts.pop()
+    return [slice(start, end) for start, end in zip(starts, [*starts[1:], num_rows], strict=True)]
 
 
 def log_likelihood(samples, data) -> np.ndarray:
@@ -77,9 +98,7 @@ def log_likelihood(samples, data) -> np.ndarray:
             f"expected x with D = {p.shape[-1]} columns (the fitted model's pixels); got shape "
             f"{x.shape}."
         )
-    if np.array_equal(np.broadcast_to(w[:1], w.shape), w) and np.array_equal(
-        np.broadcast_to(p[:1], p.shape), p
-    ):
+    if draws_repeat_first(samples):
         return np.repeat(mixture_log_likelihood(w[0], p[0], x)[None], w.shape[0], axis=0)
     return np.stack([mixture_log_likelihood(w[s], p[s], x) for s in range(w.shape[0])])
 
