@@ -19,6 +19,7 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,8 @@ from inference.registry import DEFAULT_ALGORITHM, get_algorithm, list_algorithms
 from inference.result import FitResult
 from inference.validation import EarlyStopping, Validation
 from zoo import devices, get_model
-from zoo.options import check_types, did_you_mean
+from zoo.options import check_types, describe, did_you_mean
+from zoo.spec import ModelSpecError
 
 
 def model_options(spec) -> list[str]:
@@ -773,6 +775,7 @@ def declared_defaults(alg, spec, given: dict, num_steps, tol) -> dict:
     smaller learning rate than a mixture), else the algorithm's own. Returns ``{"options":
     the declared options the caller did not give, "num_steps": a declared step budget or None,
     "tol": the tolerance}``; what the caller gave is never replaced."""
+    check_algorithm_defaults(spec)
     declared = dict(spec.algorithm_defaults.get(alg.name, {}))
     unknown = sorted(set(declared) - {*alg.option_names(), "num_steps", "tol"})
     if unknown:
@@ -787,6 +790,34 @@ def declared_defaults(alg, spec, given: dict, num_steps, tol) -> dict:
         "num_steps": declared.get("num_steps") if num_steps is None else None,
         "tol": declared.get("tol", alg.traits.tol) if tol is None else tol,
     }
+
+
+def check_algorithm_defaults(spec) -> None:
+    """A :class:`~zoo.ModelSpecError` for ``spec.algorithm_defaults`` that no fit would read as
+    meant: a key that is not a registered algorithm (a misspelt one is otherwise never read),
+    or defaults that are not a mapping of option names to values. Checked at every fit of the
+    model, as an algorithm may be registered after the model."""
+    declared = spec.algorithm_defaults
+    example = '{"svi": {"lr": 1e-3, "num_steps": 10_000}}'
+    if not isinstance(declared, Mapping):
+        raise ModelSpecError(
+            f"Model {spec.name!r}: algorithm_defaults must map algorithm names to their "
+            f"defaults, e.g. {example}; got {describe(declared)}."
+        )
+    algorithms = list_algorithms()
+    for name, defaults in declared.items():
+        if name not in algorithms:
+            raise ModelSpecError(
+                f"Model {spec.name!r} declares algorithm_defaults for {name!r}, which is not a "
+                f"registered algorithm; the registered algorithms are {algorithms}."
+                + did_you_mean(str(name), algorithms)
+                + " Correct the key in the model's spec, or register the algorithm first."
+            )
+        if not isinstance(defaults, Mapping):
+            raise ModelSpecError(
+                f"Model {spec.name!r}: algorithm_defaults[{name!r}] must map option names to "
+                f"values (e.g. {{'lr': 1e-3, 'num_steps': 10_000}}); got {describe(defaults)}."
+            )
 
 
 def _warn_unconverged(settings: _Settings, result, start: int = 0):

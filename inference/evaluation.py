@@ -187,7 +187,10 @@ class LogSumExp:
             return
         new_max = np.maximum(self.max, chunk_max)
         shift = _finite(new_max)
-        self.sum = self.sum * np.exp(_finite(self.max) - shift) + np.exp(w - shift).sum(0)
+        # Where every weight so far is -inf the sum so far is 0 and stays 0: its rescaling,
+        # exp(0 - shift), would overflow for a shift below about -709, and 0 * inf is NaN.
+        rescale = np.where(self.max == -np.inf, -np.inf, _finite(self.max) - shift)
+        self.sum = self.sum * np.exp(rescale) + np.exp(w - shift).sum(0)
         self.max = new_max
 
     def value(self) -> np.ndarray:

@@ -24,12 +24,15 @@ from inference.registry import get_algorithm
 from zoo import get_model, memory
 
 
-@dataclass
+# Compared by identity, as scikit-learn's estimators are: its fields hold dicts of arrays, whose
+# == is elementwise, so a generated __eq__ could not say whether two results are equal.
+@dataclass(eq=False)
 class FitResult:
     """The fitted parameters, the objective's history and timings of one run.
 
     What :func:`inference.fit` returns and :func:`inference.load` reads back; backend-neutral
-    (every array is numpy), saved without pickle (:meth:`save`).
+    (every array is numpy), saved without pickle (:meth:`save`). Results compare by identity
+    (``a == b`` is ``a is b``); compare two fits by their ``params`` or their scores.
 
     Attributes
     ----------
@@ -43,8 +46,11 @@ class FitResult:
         The guide an SVI fit used; None for algorithms without one (closed-form updates,
         samplers).
     params : dict of str to ndarray
-        User-facing parameters (for mixtures: ``weights``, ``means``, ``covariances`` in
-        scikit-learn's conventions).
+        User-facing parameters: the model's ``summarize`` of the raw parameters (for
+        ``bayesian_gmm``: ``weights``, ``means``, ``covariances`` in scikit-learn's conventions,
+        and ``n_effective_components``). A sampler's are the posterior means of its draws as
+        ``sample_posterior`` names them (the model's ``draws_from_sites``; for ``bayesian_gmm``:
+        ``weights``, ``means``, ``precisions``).
     raw_params : dict of str to ndarray
         The algorithm's own parameters (variational parameters, named as the guide's params).
     config : dataclass
@@ -133,7 +139,7 @@ class FitResult:
     # A sampler's draws of the model's latent sites and its statistics, (chains, draws, ...).
     draws: dict[str, np.ndarray] | None = field(default=None, repr=False)
     sample_stats: dict[str, np.ndarray] | None = field(default=None, repr=False)
-    spec: Any = field(default=None, repr=False, compare=False)
+    spec: Any = field(default=None, repr=False)
     family: str | None = None
 
     def __post_init__(self):

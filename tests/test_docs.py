@@ -44,6 +44,7 @@ OBJECTS = [
     "zoo:ModelSpecError",
     "zoo:register",
     "zoo:unregister",
+    "zoo:on_registry_change",
     "zoo:get_model",
     "zoo:list_models",
     # checking a model

@@ -172,6 +172,17 @@ def on_registry_change(callback: Callable[[ModelSpec], None]) -> None:
     Returns
     -------
     None
+
+    Examples
+    --------
+    >>> import dataclasses
+    >>> import zoo
+    >>> heard = []
+    >>> zoo.on_registry_change(lambda spec: heard.append(spec.name))
+    >>> spec = zoo.register(dataclasses.replace(zoo.get_model("gmm"), name="scratch"))
+    >>> _ = zoo.unregister("scratch")
+    >>> heard
+    ['scratch', 'scratch']
     """
     _LISTENERS.append(callback)
 

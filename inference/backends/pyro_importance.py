@@ -22,6 +22,7 @@ from inference.backends.sites import (
     check_reparameterised,
     data_plate_log_prob,
     data_plate_scale,
+    first_outside_data_plate,
     splits_by_row,
 )
 
@@ -30,7 +31,33 @@ __all__ = ["ImportanceWeightedELBO", "importance_traces"]
 
 def importance_traces(model, guide, num_particles: int, *args, **kwargs):
     """``(model trace, guide trace)`` of ``num_particles`` draws from the guide, vectorised by a
-    plate ``particles`` left of the model's ``data`` plate, the model replayed at them."""
+    plate ``particles`` left of the model's ``data`` plate, the model replayed at them.
+
+    A model whose latents are not all in the ``data`` plate may fail to take the particles'
+    plate (each particle's global draw meets the rows in a local site, a shape mismatch); such
+    a failure is told as the site outside the plate, read from a trace of one particle.
+    """
+    try:
+        return _vectorised_traces(model, guide, num_particles, *args, **kwargs)
+    except ValueError as err:
+        outside = None if num_particles == 1 else _outside_data_plate(model, guide, args, kwargs)
+        if outside is None:
+            raise
+        raise outside from err
+
+
+def _outside_data_plate(model, guide, args, kwargs) -> ValueError | None:
+    """The error for the model's first sample site outside the ``data`` plate, read from a
+    trace of one particle; None where every site is in the plate, or that trace fails too."""
+    try:
+        model_trace, _ = _vectorised_traces(model, guide, 1, *args, **kwargs)
+    except ValueError:
+        return None
+    return first_outside_data_plate(model_trace.nodes.values())
+
+
+def _vectorised_traces(model, guide, num_particles: int, *args, **kwargs):
+    """The traces of :func:`importance_traces`, taken once."""
     with pyro.plate("particles", num_particles, dim=-2):
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
         replayed = poutine.replay(model, trace=guide_trace)

@@ -70,6 +70,27 @@ def splits_by_row(sites) -> bool:
     return not names
 
 
+def outside_data_plate(site) -> ValueError:
+    """The error for a sample site outside the ``data`` plate, which per-datum importance
+    weights cannot take."""
+    if site["is_observed"]:
+        return ValueError(f"Observed site {site['name']!r} is outside the 'data' plate.")
+    return ValueError(
+        f"Latent site {site['name']!r} is outside the 'data' plate: per-datum importance "
+        "weights need every latent to be local to a data point. Use the model's "
+        "posterior draws (spec.sample_posterior) for global latents."
+    )
+
+
+def first_outside_data_plate(sites) -> ValueError | None:
+    """The error for the first sample site outside the ``data`` plate; None when every site
+    lies in it."""
+    for site in draws(sites):
+        if "data" not in {f.name for f in site["cond_indep_stack"]}:
+            return outside_data_plate(site)
+    return None
+
+
 def data_plate_log_prob(sites, plate_scale=None):
     """Sum of the sample sites' log-densities, per row of the ``data`` plate: unscaled, or with
     ``plate_scale`` (:func:`data_plate_scale`) each weighted by its own scale over the plate's,
@@ -82,13 +103,7 @@ def data_plate_log_prob(sites, plate_scale=None):
     for site in draws(sites):
         frames = {f.name: f for f in site["cond_indep_stack"]}
         if "data" not in frames:
-            if site["is_observed"]:
-                raise ValueError(f"Observed site {site['name']!r} is outside the 'data' plate.")
-            raise ValueError(
-                f"Latent site {site['name']!r} is outside the 'data' plate: per-datum importance "
-                "weights need every latent to be local to a data point. Use the model's "
-                "posterior draws (spec.sample_posterior) for global latents."
-            )
+            raise outside_data_plate(site)
         log_prob = site["fn"].log_prob(site["value"])
         scale = site.get("scale")
         plain = scale is None or (isinstance(scale, int | float) and scale == plate_scale)
