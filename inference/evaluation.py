@@ -183,19 +183,26 @@ class LogSumExp:
     def add(self, w: np.ndarray) -> None:
         chunk_max = w.max(0)
         if self.max is None:
-            self.max, self.sum = chunk_max, np.exp(w - _finite(chunk_max)).sum(0)
+            self.max, self.sum = chunk_max, _sum_of_exp(w, _finite(chunk_max))
             return
         new_max = np.maximum(self.max, chunk_max)
         shift = _finite(new_max)
         # Where every weight so far is -inf the sum so far is 0 and stays 0: its rescaling,
         # exp(0 - shift), would overflow for a shift below about -709, and 0 * inf is NaN.
         rescale = np.where(self.max == -np.inf, -np.inf, _finite(self.max) - shift)
-        self.sum = self.sum * np.exp(rescale) + np.exp(w - shift).sum(0)
+        self.sum = self.sum * np.exp(rescale) + _sum_of_exp(w, shift)
         self.max = new_max
 
     def value(self) -> np.ndarray:
         with np.errstate(divide="ignore"):  # log(0) = -inf: no weight above -inf
             return _finite(self.max) + np.log(self.sum)
+
+
+def _sum_of_exp(w: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``exp(w - shift).sum(0)`` with one temporary the size of ``w``, not two: the memory a
+    chunk of weights is planned for holds it and one copy."""
+    shifted = np.subtract(w, shift, dtype=np.result_type(w, shift, np.float64))
+    return np.exp(shifted, out=shifted).sum(0)
 
 
 def _finite(maximum: np.ndarray) -> np.ndarray:

@@ -455,16 +455,17 @@ class FitResult:
         get_backend(self.backend).resolve_device(device)
         data = self._checked(x)
         size = max(1, CHUNK_BYTES // self._scoring_bytes_per_draw(_num_rows(data)))
-        if self._num_draws(num_samples) <= size:  # one draw, with the seed as given
-            from scipy.special import logsumexp  # here: SciPy's special functions import slowly
-
-            ll = self._pointwise(data, num_samples, seed)
-            return logsumexp(ll, axis=0) - np.log(ll.shape[0])
         log_sum, count = LogSumExp(), 0
+        if self._num_draws(num_samples) <= size:  # one draw, with the seed as given
+            # Not scipy's logsumexp: it takes several copies of its input, where this takes one.
+            ll = self._pointwise(data, num_samples, seed)
+            log_sum.add(ll)
+            return log_sum.value() - np.log(ll.shape[0])
         for draws in self._posterior_in_chunks(num_samples, seed, size):
             ll = self.spec.log_likelihood(draws, data)
             log_sum.add(ll)
             count += ll.shape[0]
+            del ll, draws  # the next chunk is scored without this one beside it
         return log_sum.value() - np.log(count)
 
     def _posterior_in_chunks(self, num_samples: int, seed: int, size: int):

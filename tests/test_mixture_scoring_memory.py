@@ -123,3 +123,33 @@ def test_bernoulli_mixture_scoring_memory_is_bounded_and_exact(num_draws):
         pixels = scipy.stats.bernoulli.logpmf(rows[:, None], draws["probs"][s][None])
         expected = logsumexp(pixels.sum(-1) + np.log(draws["weights"][s]), axis=1)
         np.testing.assert_allclose(ll[s, :200], expected, rtol=1e-12)
+
+
+def test_a_fits_log_marginal_likelihood_takes_the_memory_it_plans_for(monkeypatch):
+    """``log_marginal_likelihood`` plans for its (S, N) log-likelihoods and one copy of them
+    (``CHUNK_BYTES`` at most, here made 32 MiB); its log-sum-exp took several more copies
+    (scipy's), and the loop over chunks kept the last chunk beside the next. Values equal
+    scipy's logsumexp's."""
+    import inference
+    from inference import result
+
+    monkeypatch.setattr(result, "CHUNK_BYTES", 32 * 2**20)
+    rng = np.random.default_rng(0)
+    res = inference.fit(
+        "bayesian_gmm",
+        {"x": rng.normal(size=(200, 4))},
+        "cavi",
+        "pyro",
+        K=3,
+        num_steps=3,
+        tol=0,
+        progress=False,
+    )
+    x = rng.normal(size=(10_000, 4))
+    for num_samples in (200, 600):  # one chunk (of 16 MB), and three
+        _, peak = _peak_bytes(res.log_marginal_likelihood, x, num_samples)
+        assert peak < result.CHUNK_BYTES + SCRATCH_BYTES
+    ll = res.pointwise_log_likelihood(x, num_samples=200)
+    np.testing.assert_allclose(
+        res.log_marginal_likelihood(x, 200), logsumexp(ll, axis=0) - np.log(200), rtol=1e-13
+    )
