@@ -27,6 +27,10 @@ from zoo.bayesian_gmm import numpyro_model, pyro_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small tensors
 
+# The closed-form check below compares float64 numbers; JAX is in float32 unless a test run
+# that imported the NumPyro backend first turned on its 64-bit mode.
+jax.config.update("jax_enable_x64", True)
+
 K = 10  # alpha0 = 0.1
 
 

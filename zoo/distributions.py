@@ -36,10 +36,16 @@ from numpyro.distributions import Normal as _NumPyroNormal
 from numpyro.distributions import Wishart as _NumPyroWishart
 from numpyro.distributions import WishartCholesky as _NumPyroWishartCholesky
 from numpyro.distributions.kl import kl_divergence
-from numpyro.distributions.transforms import AffineTransform, CholeskyTransform, biject_to
+from numpyro.distributions.transforms import (
+    AffineTransform,
+    CholeskyTransform,
+    IdentityTransform,
+    biject_to,
+)
 from numpyro.distributions.transforms import LowerCholeskyTransform as _LowerCholeskyTransformBase
 from numpyro.distributions.transforms import StickBreakingTransform as _StickBreakingTransformBase
 from numpyro.distributions.util import add_diag, clamp_probs, lazy_property, validate_sample
+from numpyro.util import not_jax_tracer
 
 __all__ = [
     "ExpRelaxedCategorical",
@@ -283,6 +289,23 @@ class RelaxedOneHotCategorical(Distribution):
         return score + log_scale - jnp.sum(log_value, axis=-1)
 
 
+class _ExtendedReal(constraints._Real):
+    """The extended real line ``[-inf, inf]``: every number but NaN, as torch's ``real``.
+
+    NumPyro's ``real`` refuses both infinities, but a log-probability of ``-inf`` is a category
+    of zero mass (a stick equal to one leaves nothing for the components after it), which the
+    torch twins accept.
+    """
+
+    def __call__(self, x):
+        return x == x  # False for NaN only
+
+
+#: Vectors on the extended real line (torch's ``real_vector``), reached from real vectors.
+_extended_real_vector = constraints.independent(_ExtendedReal(), 1)
+biject_to.register(_ExtendedReal, lambda constraint: IdentityTransform())
+
+
 class GumbelSoftmax(Distribution):
     r"""A categorical variable drawn as a one-hot vector by the Gumbel-softmax trick.
 
@@ -305,7 +328,8 @@ class GumbelSoftmax(Distribution):
     log_probs : array, shape (..., K)
         Log-probabilities of the ``K`` categories. They may sum to less than one (a defective
         prior such as a truncated stick-breaking one): the density and the KL use them as
-        given; draws are of the normalised categorical.
+        given; draws are of the normalised categorical. ``-inf`` is a category of zero mass,
+        which is never drawn; validation refuses NaN only, as the torch twin's does.
     straight_through : bool
         Draw hard one-hot vectors with the relaxed draw's gradient.
     validate_args : bool, optional
@@ -325,7 +349,7 @@ class GumbelSoftmax(Distribution):
     0.0589
     """
 
-    arg_constraints = {"temperature": constraints.positive, "log_probs": constraints.real_vector}
+    arg_constraints = {"temperature": constraints.positive, "log_probs": _extended_real_vector}
     support = constraints.simplex
     reparametrized_params = ["temperature", "log_probs"]
 
@@ -564,13 +588,40 @@ class StickBreakingCategorical(CategoricalLogits):
         raise NotImplementedError("The entropy of a defective distribution is not defined.")
 
 
+def _validate_degrees_of_freedom(concentration, dim: int, strict: bool) -> None:
+    """Refuse Wishart degrees of freedom not greater than ``dim - 1``, as torch's ``Wishart`` does.
+
+    NumPyro leaves the concentration unchecked (its constraint depends on the event shape); below
+    ``dim - 1`` there is no Wishart distribution, and its log-density and draws are meaningless.
+    Checked only where the value is concrete, as NumPyro's ``validate_args`` checks parameters:
+    a traced one (inside ``jax.jit``) passes, or with ``strict`` raises a ``RuntimeError``.
+    """
+    with jax.ensure_compile_time_eval():
+        is_valid = jnp.asarray(concentration) > dim - 1
+        if not not_jax_tracer(is_valid):
+            if strict:
+                raise RuntimeError("Cannot validate arguments inside jitted code.")
+            return
+        if not np.all(is_valid):
+            invalid = np.asarray(concentration)[~np.asarray(is_valid)]
+            raise ValueError(
+                f"Wishart's degrees of freedom (concentration) must be greater than D - 1 = "
+                f"{dim - 1} for {dim} x {dim} matrices; got {invalid.tolist()}."
+            )
+
+
 class _WishartCholesky(_NumPyroWishartCholesky):
-    """NumPyro's ``WishartCholesky``, drawing in the dtype of its parameters.
+    """NumPyro's ``WishartCholesky``, drawing in the dtype of its parameters, and refusing
+    degrees of freedom not greater than ``D - 1`` under validation.
 
     NumPyro's draws its Bartlett factor with no dtype, so float64 once JAX's 64-bit mode is on:
     float32 parameters gave float64 draws. The same operations in the same order, each given the
     parameters' dtype, so float64 draws are NumPyro's to the bit.
     """
+
+    def validate_args(self, strict: bool = True) -> None:
+        super().validate_args(strict)
+        _validate_degrees_of_freedom(self.concentration, self.event_shape[-1], strict)
 
     def sample(self, key, sample_shape=()):
         # At least a float: a Python-number concentration is weakly typed and defers to the scale.
@@ -600,6 +651,10 @@ class Wishart(_NumPyroWishart):
     inference layer turns it on), where NumPyro's are float64 whatever the parameters; float64
     draws are NumPyro's, bit for bit.
 
+    With validation on, degrees of freedom not greater than ``D - 1`` are refused, as torch's
+    ``Wishart`` refuses them (NumPyro's leaves them unchecked): where they are concrete, that
+    is, not inside ``jax.jit``.
+
     Parameters
     ----------
     concentration : array or float
@@ -615,6 +670,11 @@ class Wishart(_NumPyroWishart):
     has_rsample : bool
         True: draws are differentiable in every parameter.
 
+    Raises
+    ------
+    ValueError
+        With validation on, a concentration not greater than ``D - 1``.
+
     Examples
     --------
     >>> import jax.numpy as jnp
@@ -625,6 +685,10 @@ class Wishart(_NumPyroWishart):
     (True, False)
     >>> d.mean.tolist()
     [[3.0, 0.0], [0.0, 3.0]]
+    >>> Wishart(1.5, scale_matrix=jnp.eye(3), validate_args=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: Wishart's degrees of freedom (concentration) must be greater than D - 1 = 2 ...
     """
 
     reparametrized_params = ["concentration", "scale_matrix", "rate_matrix", "scale_tril"]
@@ -645,6 +709,10 @@ class Wishart(_NumPyroWishart):
         TransformedDistribution.__init__(
             self, base_dist, CholeskyTransform().inv, validate_args=validate_args
         )
+
+    def validate_args(self, strict: bool = True) -> None:
+        super().validate_args(strict)
+        _validate_degrees_of_freedom(self.concentration, self.event_shape[-1], strict)
 
     @property
     def has_rsample(self) -> bool:

@@ -518,12 +518,23 @@ class ExpRelaxedCategorical(_ExpRelaxedCategorical, TorchDistributionMixin):
     """torch's ExpConcrete distribution (Maddison et al., 2017) as a Pyro distribution: the
     twin of :class:`zoo.distributions.ExpRelaxedCategorical` (same draws' law, same density).
 
+    Unlike torch's, it checks the temperature under validation (torch leaves it out of its
+    ``arg_constraints``, so a negative one gave NaN densities), as the NumPyro twin does.
+
     Parameters
     ----------
-    temperature : Tensor
-        ``tau > 0``.
+    temperature : Tensor or float
+        ``tau > 0``; a Python number is made a tensor in the dtype and on the device of
+        ``probs`` or ``logits``.
     probs, logits : Tensor, shape (..., K)
         As torch's ``ExpRelaxedCategorical``: exactly one of them.
+    validate_args : bool, optional
+        Check the parameters (the temperature too) and values against their constraints.
+
+    Raises
+    ------
+    ValueError
+        With validation on, a temperature that is not positive.
 
     Examples
     --------
@@ -533,7 +544,28 @@ class ExpRelaxedCategorical(_ExpRelaxedCategorical, TorchDistributionMixin):
     >>> y = d.rsample()
     >>> bool(torch.isclose(y.exp().sum(), torch.tensor(1.0)))  # a point of the simplex, in logs
     True
+    >>> ExpRelaxedCategorical(torch.tensor(-0.5), logits=torch.zeros(3), validate_args=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: Expected parameter temperature ... to satisfy the constraint GreaterThan(...
     """
+
+    arg_constraints = {
+        **_ExpRelaxedCategorical.arg_constraints,
+        "temperature": constraints.positive,
+    }
+
+    def __init__(self, temperature, probs=None, logits=None, validate_args=None):
+        param = logits if logits is not None else probs
+        if isinstance(param, torch.Tensor) and not isinstance(temperature, torch.Tensor):
+            # torch's validation reads a parameter as a tensor (a number raised a TypeError).
+            temperature = torch.as_tensor(temperature, dtype=param.dtype, device=param.device)
+        super().__init__(temperature, probs, logits, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        # torch's expand refuses subclasses with their own __init__ unless given the instance.
+        new = self._get_checked_instance(ExpRelaxedCategorical, _instance)
+        return super().expand(batch_shape, _instance=new)
 
 
 class GumbelSoftmax(TorchDistribution):
