@@ -3,7 +3,8 @@
 1. One small fit (``bayesian_gmm``, 1,000 points, K=8, ``svi``, 200 steps) in a new process,
    from process start to exit: with an empty cache (cold) and again with the cache the first
    run left (warm, the median of ``--repeats`` runs).
-2. The second of three identical fits in one process (seeds 0, 1, 2): its set-up plus first step.
+2. The second of three fits in one process, the same but for their seeds (0, 1, 2): its set-up
+   plus first step.
 3. ``examples/gmm_compare.py`` end to end, against the sum of its tables' set-up, fit and
    scoring columns (how much of the wait the tables account for) and against the time its fits
    spent in steps after the first (what no start-up work can shorten), cold and warm; with

@@ -10,8 +10,11 @@ to run and are reported apart. The rows must name the same runs in the same orde
     python benchmarks/same_figures.py RUN_A/accuracy.json RUN_B/accuracy.json
     python benchmarks/same_figures.py RUN_A RUN_B   # every table (*.json) the two folders share
 
-The exit status is 0 when every figure but the timings is identical, 1 otherwise, and 2 for
-tables that do not hold the same runs.
+The exit status is 0 when every figure but the timings is identical and 1 when a figure
+differs. It is 2, with a message on stderr, when no comparison could be made: for tables that do
+not hold the same runs, and for a usage error (arguments argparse refuses, a missing or
+unreadable table, a file given with a folder, folders that share no table, a ``--json`` path in
+a folder that does not exist).
 ``benchmarks/latency.py --keep DIR`` keeps each of its example runs' folders for this check.
 """
 
@@ -95,6 +98,9 @@ def compare_rows(rows_a: list[dict], rows_b: list[dict]) -> dict:
 
 def table_pairs(a: Path, b: Path) -> list[tuple[str, Path, Path]]:
     """The tables to compare: two files, or the ``*.json`` files two folders share."""
+    for path in (a, b):
+        if not path.exists():
+            raise ValueError(f"{path} does not exist; give two tables (JSON) or two folders.")
     if a.is_dir() != b.is_dir():
         raise ValueError(f"Give two files or two folders; got {a} and {b}.")
     if not a.is_dir():
@@ -103,6 +109,19 @@ def table_pairs(a: Path, b: Path) -> list[tuple[str, Path, Path]]:
     if not names:
         raise ValueError(f"{a} and {b} share no JSON table.")
     return [(name, a / name, b / name) for name in names]
+
+
+def read_table(path: Path) -> list[dict]:
+    """The rows of a table that ``inference.compare`` wrote: a JSON list of objects."""
+    try:
+        rows = json.loads(path.read_text())
+    except OSError as err:
+        raise ValueError(f"Cannot read {path}: {err.strerror or err}.") from err
+    except ValueError as err:
+        raise ValueError(f"{path} is not JSON ({err}).") from err
+    if not (isinstance(rows, list) and all(isinstance(row, dict) for row in rows)):
+        raise ValueError(f"{path} is not a table: a JSON list of rows (objects) was expected.")
+    return rows
 
 
 def markdown(name: str, report: dict) -> str:
@@ -131,11 +150,19 @@ def main(argv=None) -> dict:
     parser.add_argument("b", type=Path, help="the same of the other run")
     parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args(argv)
+    # Nothing compared (a usage error, or tables of other runs) is not "figures differ" (exit 1):
+    # it exits 2, as argparse does for arguments it refuses.
+    try:
+        pairs = table_pairs(args.a, args.b)
+        if args.json and not args.json.parent.is_dir():
+            raise ValueError(f"--json {args.json}: its folder does not exist; create it first.")
+    except ValueError as err:
+        parser.exit(2, f"same_figures: error: {err}\n")
     tables = {}
-    for name, a, b in table_pairs(args.a, args.b):
+    for name, a, b in pairs:
         try:
-            report = compare_rows(json.loads(a.read_text()), json.loads(b.read_text()))
-        except ValueError as err:  # other runs: not "figures differ" (exit 1), a usage error
+            report = compare_rows(read_table(a), read_table(b))
+        except ValueError as err:
             parser.exit(2, f"same_figures: error: {name}: {err}\n")
         tables[name] = report
         print(markdown(name, report) + "\n")

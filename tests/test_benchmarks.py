@@ -6,6 +6,7 @@ every path timed, positive, finite, and the ratios taken against the right basel
 
 import json
 import math
+import os
 import runpy
 import warnings
 from pathlib import Path
@@ -530,3 +531,147 @@ def test_op_counts_count_kernels_not_views():
     assert dict(count.kernels) == {"add": 1, "sum": 1, "mul": 1}
     assert count.host_arithmetic == 2
     assert count.host_reads == 1
+
+
+def test_nuts_overhead_starts_from_an_empty_cache_and_gives_neither_side_the_set_up(
+    tmp_path, monkeypatch
+):
+    """Every run of the script compiles in a new, empty cache folder of its own (never the
+    user's, which an earlier run may have filled), builds the set-up both sides share before
+    either is timed, and alternates which side runs first."""
+    from inference.backends import exported
+
+    script = runpy.run_path(str(BENCHMARKS / "nuts_overhead.py"), run_name="nuts_overhead")
+    module = script["main"].__globals__
+    users_cache = tmp_path / "users-cache"
+    monkeypatch.setenv("ZOO_JAX_CACHE", str(users_cache))
+    events = []
+
+    def record(what):
+        folder = Path(os.environ["ZOO_JAX_CACHE"])
+        events.append((what, folder, folder.is_dir() and not any(folder.iterdir())))
+        assert exported.directory() == folder / "exported"
+
+    def bare(data, k, settings):
+        record("bare")
+        return 2.0, 10.0
+
+    def fit(backend, data, k, settings):
+        record("zoo")
+        return 1.0, 10.0
+
+    monkeypatch.setitem(module, "problem_for", lambda *args: record("set-up"))
+    monkeypatch.setitem(module, "start_sites", lambda problem: None)
+    monkeypatch.setitem(module, "BARE", {"numpyro": bare})
+    monkeypatch.setitem(module, "run_zoo", fit)
+    (row,) = script["main"](["--backends", "numpyro", "--repeats", "4", "--n", "40"])
+    assert [what for what, _, _ in events] == [
+        "set-up", "bare", "zoo", "zoo", "bare", "bare", "zoo", "zoo", "bare",
+    ]  # fmt: skip
+    folders = {folder for _, folder, _ in events}
+    assert len(folders) == 1 and users_cache not in folders
+    assert events[0][2], "the cache folder was not empty when the run started"
+    assert not folders.pop().exists()  # removed at the end
+    assert os.environ["ZOO_JAX_CACHE"] == str(users_cache)
+    assert row["ratio"] == pytest.approx((10.0 / 1.0) / (10.0 / 2.0))
+
+
+def test_svi_natural_vs_cavi_fits_in_an_empty_cache(tmp_path, monkeypatch):
+    """Both fits are timed from a new, empty cache folder, never the user's."""
+    from types import SimpleNamespace
+
+    import inference
+    from inference.backends import exported
+
+    script = runpy.run_path(str(BENCHMARKS / "svi_natural_vs_cavi.py"), run_name="svi_nat")
+    users_cache = tmp_path / "users-cache"
+    monkeypatch.setenv("ZOO_JAX_CACHE", str(users_cache))
+    fits = []
+
+    def fit(model, data, algorithm, backend, callback=None, num_steps=None, **options):
+        folder = Path(os.environ["ZOO_JAX_CACHE"])
+        fits.append((algorithm, folder, folder.is_dir() and not any(folder.iterdir())))
+        assert exported.directory() == folder / "exported"
+        if callback is not None:
+            callback(num_steps, SimpleNamespace(problem=SimpleNamespace(config=None)), None)
+        return SimpleNamespace(raw_params=None, config=None, num_steps=1, converged=True)
+
+    monkeypatch.setattr(inference, "fit", fit)
+    monkeypatch.setattr(
+        inference, "get_algorithm", lambda name: SimpleNamespace(get_params=lambda state: None)
+    )
+    monkeypatch.setitem(script["main"].__globals__, "heldout", lambda *args: -1.0)
+    out = tmp_path / "natural.json"
+    argv = ["--n", "300", "--subsample", "100", "--test", "50", "--num-steps", "2"]
+    script["main"]([*argv, "--out", str(out), "--workdir", str(tmp_path)])
+    assert [algorithm for algorithm, _, _ in fits] == ["cavi", "svi-natural"]
+    folders = {folder for _, folder, _ in fits}
+    assert len(folders) == 1 and users_cache not in folders
+    assert fits[0][2], "the cache folder was not empty when CAVI started"
+    assert not folders.pop().exists()
+    assert os.environ["ZOO_JAX_CACHE"] == str(users_cache)
+    assert json.loads(out.read_text())["cavi"]["heldout_per_point"] == -1.0
+
+
+def test_same_figures_exit_status_tells_a_usage_error_from_different_figures(tmp_path):
+    """0: the same figures; 1: a figure differs; 2, with a one-line message and no traceback:
+    nothing could be compared (a missing table, a file with a folder, folders sharing no table,
+    a table that is not JSON, tables of other runs)."""
+    import subprocess
+    import sys
+
+    row = {"algorithm": "cavi", "backend": "pyro", "objective_per_point": -3.976}
+    tables = {
+        "a.json": [row],
+        "same.json": [row],
+        "moved.json": [{**row, "objective_per_point": -3.975}],
+        "other_runs.json": [{**row, "algorithm": "em"}],
+    }
+    for name, rows in tables.items():
+        (tmp_path / name).write_text(json.dumps(rows))
+    (tmp_path / "broken.json").write_text("[{")
+    (tmp_path / "empty_a").mkdir()
+    (tmp_path / "empty_b").mkdir()
+
+    def status(*paths):
+        done = subprocess.run(
+            [sys.executable, str(BENCHMARKS / "same_figures.py"), *map(str, paths)],
+            cwd=BENCHMARKS.parent, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        return done.returncode, done.stderr
+
+    assert status(tmp_path / "a.json", tmp_path / "same.json") == (0, "")
+    assert status(tmp_path / "a.json", tmp_path / "moved.json") == (1, "")
+    usage_errors = {
+        "does not exist": (tmp_path / "a.json", tmp_path / "missing.json"),
+        "Give two files or two folders": (tmp_path / "a.json", tmp_path / "empty_a"),
+        "share no JSON table": (tmp_path / "empty_a", tmp_path / "empty_b"),
+        "is not JSON": (tmp_path / "a.json", tmp_path / "broken.json"),
+        "Row 0 is": (tmp_path / "a.json", tmp_path / "other_runs.json"),
+    }
+    for says, paths in usage_errors.items():
+        code, err = status(*paths)
+        assert code == 2 and says in err, (paths, code, err)
+        assert err.startswith("same_figures: error:") and err.count("\n") == 1, err
+
+
+def test_op_counts_recorded_for_a_pyro_cavi_iteration_are_todays():
+    """The figures the GPU page quotes (``benchmarks/results/op_counts.json``) are what the
+    script counts in the code now: a change of the iteration's operations re-runs it."""
+    from inference import ConvergenceWarning
+
+    count_module = runpy.run_path(str(BENCHMARKS / "op_counts.py"), run_name="op_counts")
+    cavi_speed = runpy.run_path(str(BENCHMARKS / "cavi_speed.py"), run_name="cavi_speed")
+    recorded = json.loads((BENCHMARKS / "results" / "op_counts.json").read_text())["results"]
+    for d in (10, 2):
+        x, resp = cavi_speed["make_problem"](2000, d, 20)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # the stepper's one-step fit
+            step = count_module["fit_stepper"](
+                "bayesian_gmm", {"x": x}, "cavi", K=20, weight_prior="dirichlet_process",
+                init=resp,
+            )  # fmt: skip
+        counted = count_module["per_step"](step, 1)
+        row = recorded["cavi"][f"bayesian_gmm CAVI, K=20, D={d}"]
+        assert counted["operations"] == row["operations"], d
+        assert counted["most_frequent"] == row["most_frequent"], d

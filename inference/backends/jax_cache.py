@@ -9,7 +9,9 @@ its ``exported`` folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 import jax
@@ -37,3 +39,27 @@ def enable_persistent_cache() -> str | None:
         jax.config.update("jax_compilation_cache_dir", str(directory / "jax"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return jax.config.jax_compilation_cache_dir
+
+
+@contextlib.contextmanager
+def empty_cache():
+    """A new, empty cache (``ZOO_JAX_CACHE``) while the block runs, removed after: fits in it
+    compile as a first fit does, whatever earlier runs left in the user's cache, which is
+    neither read nor changed (the benchmarks that time compilation run in one).
+
+    The zoo's NumPyro backend takes JAX's cache folder when it is first imported, and JAX reads
+    ``JAX_COMPILATION_CACHE_DIR`` when it is: enter this before either (in a process that has
+    fitted already, JAX keeps its folder; the zoo's traced functions still go to the new one).
+    """
+    saved = {name: os.environ.get(name) for name in ("ZOO_JAX_CACHE", "JAX_COMPILATION_CACHE_DIR")}
+    with tempfile.TemporaryDirectory(prefix="zoo-compile-cache-") as folder:
+        os.environ["ZOO_JAX_CACHE"] = folder
+        os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+        try:
+            yield Path(folder)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
