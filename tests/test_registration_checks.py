@@ -42,10 +42,16 @@ def _pyro_twin():
     from pyro.distributions import constraints
 
     def model(data, config, temperature=None, init=None):
-        x = data["x"]
+        x, init = data["x"], init or {}
         like = {"dtype": x.dtype, "device": x.device}
-        w = pyro.param("W", lambda: torch.eye(x.shape[1], 2, **like))
-        sigma = pyro.param("sigma", torch.ones((), **like), constraint=constraints.positive)
+
+        def start(name, default):  # a twin starts from init where it holds the parameter
+            return torch.as_tensor(init[name], **like) if name in init else default
+
+        w = pyro.param("W", lambda: start("W", torch.eye(x.shape[1], 2, **like)))
+        sigma = pyro.param(
+            "sigma", start("sigma", torch.ones((), **like)), constraint=constraints.positive
+        )
         with pyro.plate("data", x.shape[0]):
             z = pyro.sample("z", dist.Normal(torch.zeros(2, **like), 1.0).to_event(1))
             pyro.sample("x", dist.Normal(z @ w.T, sigma).to_event(1), obs=x)

@@ -178,10 +178,10 @@ def on_registry_change(callback: Callable[[ModelSpec], None]) -> None:
     >>> import dataclasses
     >>> import zoo
     >>> heard = []
-    >>> zoo.on_registry_change(lambda spec: heard.append(spec.name))
+    >>> zoo.on_registry_change(heard.append)
     >>> spec = zoo.register(dataclasses.replace(zoo.get_model("gmm"), name="scratch"))
     >>> _ = zoo.unregister("scratch")
-    >>> heard
+    >>> [s.name for s in heard]
     ['scratch', 'scratch']
     """
     _LISTENERS.append(callback)

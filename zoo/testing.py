@@ -7,9 +7,10 @@ supports the model) are ``inference.tools.conformance``, whose ``check_model`` r
   the same sample sites and plates, and every guide samples every latent site. ``zoo.register``
   runs it by default, and a plugin's model gets it the first time it is fetched.
 * :func:`check_twins_and_log_joint`: both twins have the same model parameters (names and
-  constraints) and give the same log-joint at the same point.
-* :func:`check_twin_guides`: each guide is the same in both twins (parameter names, sites, and
-  log-density at the same parameters and draws).
+  constraints), start them from ``init``, and give the same log-joint at the same point: the
+  starting one, and one with every parameter and float option moved off its start.
+* :func:`check_twin_guides`: each guide is the same in both twins (parameter names, sites,
+  starting from ``init``, and log-density at the same parameters and draws, at both points).
 
 Each check takes a :class:`~zoo.spec.ModelSpec` and raises ``ModelSpecError`` (registration) or
 ``AssertionError`` with a message that names the broken contract and how to fix it.
@@ -17,6 +18,7 @@ Each check takes a :class:`~zoo.spec.ModelSpec` and raises ``ModelSpecError`` (r
 
 from __future__ import annotations
 
+import inspect
 import traceback
 import warnings
 from collections.abc import Mapping
@@ -211,15 +213,167 @@ def site_signature(trace, backend):
     return out
 
 
+#: How far the second point of the twin checks moves each parameter off its start: a seeded
+#: standard normal draw times this, added in the parameter's unconstrained coordinates
+#: (``torch.distributions.transform_to`` of its constraint), so the point stays in the support.
+PARAMETER_MOVE = 0.5
+#: What the second point of the twin checks multiplies each float option of ``prepare`` by
+#: (divides by, where ``prepare`` refuses the product). A rate written where the other twin has
+#: a scale, or a variance where it has a scale, gives the same density wherever the parameter or
+#: option is 1, and starting values and an example's options often are.
+OPTION_FACTOR = 1.37
+
+
+class _CheckPoint(NamedTuple):
+    """Where the twin checks compare the twins."""
+
+    options: dict  # model options for the example problem
+    moved: bool  # parameters moved off their start (PARAMETER_MOVE)
+    changed: str  # the options moved off their values, for messages ("" for none)
+
+    def describe(self, params_moved: bool) -> str:
+        """Where the point is, for a message."""
+        if not self.moved:
+            return "at the starting point"
+        parts = ["parameters moved off their start"] if params_moved else []
+        parts += [f"options {self.changed}"] if self.changed else []
+        return "at " + " and ".join(parts or ["the starting point"])
+
+
+def _check_points(spec: ModelSpec, options: dict) -> list[_CheckPoint]:
+    """The two points the twin checks compare the twins at: the starting parameters with the
+    given options, then every parameter moved off its start (:func:`moved_params`) with every
+    float option moved off its value (:func:`moved_options`)."""
+    given = {**spec.example_options, **options}
+    moved = moved_options(spec, **options)
+    changed = ", ".join(
+        f"{k}={v!r}" for k, v in moved.items() if _is_float(v) and given.get(k) != v
+    )
+    return [_CheckPoint(given, False, ""), _CheckPoint(moved, True, changed)]
+
+
+def moved_options(spec: ModelSpec, n: int = 60, seed: int = 0, **options) -> dict:
+    """The example problem's options (``spec.example_options`` under ``options``) with each
+    float option of ``spec.prepare`` moved off its value: multiplied by ``OPTION_FACTOR``, or
+    divided by it where ``prepare`` refuses the product, or left as it is where ``prepare``
+    refuses both. An option whose value is None reads its value from the config where the
+    config has a float field of that name (a default that ``prepare`` resolves). Ints, strings,
+    arrays and the rest are left as they are.
+
+    The twin checks compare the twins at these options too: a rate written where the other twin
+    has a scale gives the same density wherever the option is 1, as an example's often is.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model.
+    n, seed : int
+        The example problem's size and seed (:func:`example_problem`).
+    **options
+        Model options, over ``spec.example_options``.
+
+    Returns
+    -------
+    dict
+        Every option given, and every float option of ``prepare``, by name.
+
+    Examples
+    --------
+    >>> import zoo
+    >>> from zoo.testing import moved_options
+    >>> moved_options(zoo.get_model("gmm"))  # K is an int: only reg_covar moves
+    {'K': 3, 'reg_covar': 1.37e-06}
+    """
+    if spec.make_data is None:
+        return {**spec.example_options, **options}
+    data = spec.validate_data(spec.make_data(np.random.default_rng(seed), n))
+    moved = {**spec.example_options, **options}
+    config = spec.prepare(data, **moved)
+    parameters = list(inspect.signature(spec.prepare).parameters.values())[1:]
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        value = moved.get(parameter.name, parameter.default)
+        if value is None or value is parameter.empty:
+            value = getattr(config, parameter.name, None)
+        if not _is_float(value):
+            continue
+        for candidate in (value * OPTION_FACTOR, value / OPTION_FACTOR):
+            try:
+                spec.prepare(data, **{**moved, parameter.name: candidate})
+            except Exception:  # prepare refuses it: try the other, or leave the option be
+                continue
+            moved[parameter.name] = candidate
+            break
+    return moved
+
+
+def _is_float(value) -> bool:
+    """A real float (numpy's included), not a bool or an int."""
+    return isinstance(value, float) and np.isfinite(value)
+
+
+def moved_params(trace, scale: float = PARAMETER_MOVE, seed: int = 0) -> dict:
+    """The param sites of a Pyro trace, each moved off its value in its unconstrained
+    coordinates by ``scale`` times a standard normal draw (numpy's generator seeded by
+    ``seed``, in the trace's order), by the names of a fit's raw_params (numpy arrays)."""
+    import torch
+    from torch.distributions import constraints, transform_to
+
+    rng = np.random.default_rng(seed)
+    moved = {}
+    for name, site in trace.nodes.items():
+        if site["type"] != "param":
+            continue
+        transform = transform_to((site.get("kwargs") or {}).get("constraint", constraints.real))
+        free = transform.inv(site["value"].detach())
+        step = torch.as_tensor(rng.standard_normal(tuple(free.shape)), dtype=free.dtype)
+        moved[canonical_name(name)] = transform(free + scale * step).cpu().numpy()
+    return moved
+
+
+def _check_starts_from_init(where: str, backend: str, init, params: dict) -> None:
+    """Raise ``AssertionError`` unless each traced parameter of ``params`` that ``init`` names
+    holds init's value: a twin that ignores init would start every fit, and evaluate every
+    fitted result, from its own value."""
+    init = init or {}
+    ignored = [
+        name
+        for name, value in params.items()
+        if name in init
+        and not (
+            np.shape(value) == np.shape(init[name])
+            and np.allclose(value, init[name], rtol=1e-6, atol=1e-12)
+        )
+    ]
+    if ignored:
+        first = ignored[0]
+        raise AssertionError(
+            f"{where} of the {BACKEND_TITLES[backend]} twin does not start from init: "
+            f"parameter(s) {ignored} hold other values than init gave them ({first!r}: init "
+            f"{np.asarray(init[first]).ravel()[:4]}, traced {np.asarray(params[first]).ravel()[:4]}"
+            "). Read each param site's starting value from init where init holds its name, "
+            "as every other parameter of the twin does: a fit's raw_params, init=, a "
+            "comparison's shared start and a saved fit all reach the twin through it."
+        )
+
+
 def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     """Both twins trace, with the same sites and plates, the same model parameters (names and
-    constraints), and the same log-joint at one point.
+    constraints), start their parameters from ``init``, and give the same log-joint at two
+    points.
 
     The Pyro twin is traced on the example problem (``spec.make_data``, in float64 on the
     CPU); the NumPyro twin's log density is evaluated at the values the Pyro trace drew (its
-    parameters passed by name), and the two log-joints must agree. The models' param sites
-    must have the same names and constraints, as a fit's ``raw_params`` moves between backends
-    by name (``init=res.raw_params``).
+    parameters passed by name, as ``init``), and the two log-joints must agree. The models'
+    param sites must have the same names and constraints, as a fit's ``raw_params`` moves
+    between backends by name (``init=res.raw_params``), and each twin's traced parameters must
+    be the values ``init`` gave them.
+
+    The first point is the starting one, with ``options``; the second moves every model
+    parameter off its start (:func:`moved_params`) and every float option of ``prepare`` off
+    its value (:func:`moved_options`): a rate written where the other twin has a scale gives
+    the same log-joint wherever the value is 1.
 
     Parameters
     ----------
@@ -238,8 +392,9 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
     ------
     AssertionError
         A twin is missing, the twins' sample sites or plates differ, their models' param sites
-        have other names or constraints, or their log-joints differ (or are not finite); the
-        message says what to compare in the two twins.
+        have other names or constraints, a twin does not start a parameter from ``init``, or
+        their log-joints differ at either point (or are not finite); the message says what to
+        compare in the two twins.
     ModelSpecError
         The spec has no ``make_data`` to build the example problem from.
 
@@ -250,28 +405,52 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
     >>> check_twins_and_log_joint(zoo.get_model("gmm"))  # passes: returns None
     """
     _require_both_twins(spec)
-    data, config, start = example_problem(spec, **options)
-    ptrace = _pyro_traced(lambda tconfig: spec.build_model("pyro", tconfig, start), data, config)
-    point = _pyro_point(ptrace)
-    pyro_logp = point.logp
+    for point in _check_points(spec, options):
+        _check_log_joint_at(spec, point, rtol)
+
+
+def _check_log_joint_at(spec: ModelSpec, point: _CheckPoint, rtol: float) -> None:
+    data, config, start = example_problem(spec, **point.options)
+
+    def traced(init):
+        return _pyro_traced(lambda tconfig: spec.build_model("pyro", tconfig, init), data, config)
+
+    ptrace = traced(start)
+    moved = moved_params(ptrace) if point.moved else {}
+    if moved:
+        start = {**(start or {}), **moved}
+        ptrace = traced(start)
+    point_values = _pyro_point(ptrace)
+    where = f"{spec.name}: the model"
+    _check_starts_from_init(where, "pyro", start, point_values.params)
+    pyro_logp = point_values.logp
     # Parameters (networks included) enter the NumPyro twin by name, as a fit's raw_params do.
-    start = {**(start or {}), **point.params}
-    values = {**point.draws, **point.indices}
+    start = {**(start or {}), **point_values.params}
+    values = {**point_values.draws, **point_values.indices}
     numpyro_logp, ntrace = _numpyro_log_density(spec, data, config, start, values)
     psig, nsig = site_signature(ptrace, "pyro"), site_signature(ntrace, "numpyro")
     if psig != nsig:
         raise AssertionError(_twin_mismatch_message(spec, psig, nsig))
     # A NumPyro param site under another name keeps its own default, which may well give the
     # same log-joint; the names and constraints are compared themselves.
-    where = f"{spec.name}: the model"
     _check_same_params(where, _pyro_constraints(ptrace), _numpyro_constraints(ntrace))
+    _check_starts_from_init(where, "numpyro", start, _numpyro_params(ntrace))
     if not np.isfinite(pyro_logp) or not np.isclose(pyro_logp, numpyro_logp, rtol=rtol):
+        where_point = point.describe(bool(moved))
         raise AssertionError(
-            f"{spec.name}: log-joint at the same point differs: pyro {pyro_logp}, numpyro "
-            f"{numpyro_logp}. The twins must write the same distributions: compare each site's "
-            "distribution and arguments in the two twins (a scale against a variance or a "
-            "precision, a rate against a scale, a missing to_event or plate are the usual causes)."
+            f"{spec.name}: log-joint at the same point differs ({where_point}): pyro "
+            f"{pyro_logp}, numpyro {numpyro_logp}. The twins must write the same distributions: "
+            "compare each site's distribution and arguments in the two twins (a scale against a "
+            "variance or a precision, a rate against a scale, a missing to_event or plate are "
+            "the usual causes)."
         )
+
+
+def _numpyro_params(trace) -> dict:
+    """The param sites of a NumPyro trace by the names of a fit's raw_params (numpy)."""
+    return flatten_params(
+        {name: site["value"] for name, site in trace.items() if site["type"] == "param"}
+    )
 
 
 def _require_both_twins(spec: ModelSpec) -> None:
@@ -284,16 +463,21 @@ def _require_both_twins(spec: ModelSpec) -> None:
 
 def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     """Each guide of ``spec.guides`` is the same distribution in both twins: the same parameter
-    names and constraints, the same sample sites, and the same log-density at the same
-    parameters and draws.
+    names and constraints, the same sample sites, parameters started from ``init``, and the
+    same log-density at the same parameters and draws, at two points.
 
     Each Pyro guide is traced on the example problem (``spec.make_data``, float64 on the CPU)
     at the temperature SVI starts from, in a scratch parameter store; the NumPyro guide is
     built from the Pyro guide's parameters (``init``, networks included) and its log-density
-    evaluated at the Pyro trace's parameters and draws. The log-joint check
-    (:func:`check_twins_and_log_joint`) holds the models to each other; this holds the guides:
-    two twins whose guides differ fit different posteriors, and their ELBOs differ at the same
-    parameters.
+    evaluated at the Pyro trace's draws. Each twin's traced parameters must be the values
+    ``init`` gave them. The log-joint check (:func:`check_twins_and_log_joint`) holds the
+    models to each other; this holds the guides: two twins whose guides differ fit different
+    posteriors, and their ELBOs differ at the same parameters.
+
+    The first point is the guide's start, with ``options``; the second moves every parameter
+    of the guide off its start (:func:`moved_params`) and every float option of ``prepare``
+    off its value (:func:`moved_options`): a rate written where the other twin has a scale
+    gives the same log-density wherever the value is 1.
 
     Parameters
     ----------
@@ -312,8 +496,9 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     ------
     AssertionError
         A twin is missing; a guide's parameter names, their constraints or its sample sites
-        differ between the twins; or its log-densities differ (or are not finite). The message
-        names the guide and what to compare.
+        differ between the twins; a twin does not start a parameter from ``init``; or its
+        log-densities differ at either point (or are not finite). The message names the guide
+        and what to compare.
     ModelSpecError
         The spec has no ``make_data`` to build the example problem from.
 
@@ -324,33 +509,54 @@ def check_twin_guides(spec: ModelSpec, rtol: float = 1e-8, **options) -> None:
     >>> check_twin_guides(zoo.get_model("gmm"))  # passes: returns None
     """
     _require_both_twins(spec)
-    data, config, start = example_problem(spec, **options)
-    for guide in spec.guides:
-        kind = spec.guide_kind(guide, "pyro")
-        temperature = _svi_temperature(spec.twin("pyro"), kind, config)
-        make = _guide_maker(spec, "pyro", guide, start)
-        trace = _pyro_traced(make, data, config, temperature)
-        point = _pyro_point(trace)
-        params, draws, pyro_logq = point.params, point.draws, point.logp
-        init = {**(start or {}), **params}
-        numpyro_constraints, numpyro_draws, numpyro_logq = _numpyro_guide_density(
-            spec, guide, data, config, init, {**params, **draws, **point.indices}, temperature
+    for point in _check_points(spec, options):
+        data, config, start = example_problem(spec, **point.options)
+        for guide in spec.guides:
+            _check_guide_at(spec, guide, point, (data, config, start), rtol)
+
+
+def _check_guide_at(spec: ModelSpec, guide: str, point: _CheckPoint, problem, rtol) -> None:
+    data, config, start = problem
+    kind = spec.guide_kind(guide, "pyro")
+    temperature = _svi_temperature(spec.twin("pyro"), kind, config)
+
+    def traced(init):
+        return _pyro_traced(_guide_maker(spec, "pyro", guide, init), data, config, temperature)
+
+    trace = traced(start)
+    moved = moved_params(trace) if point.moved else {}
+    if moved:
+        start = {**(start or {}), **moved}
+        trace = traced(start)
+    point_values = _pyro_point(trace)
+    params, draws, pyro_logq = point_values.params, point_values.draws, point_values.logp
+    where = f"{spec.name}: guide {guide!r}"
+    _check_starts_from_init(where, "pyro", start, params)
+    init = {**(start or {}), **params}
+    numpyro_trace, numpyro_logq = _numpyro_guide_density(
+        spec, guide, data, config, init, {**draws, **point_values.indices}, temperature
+    )
+    _check_same_params(where, _pyro_constraints(trace), _numpyro_constraints(numpyro_trace))
+    _check_starts_from_init(where, "numpyro", init, _numpyro_params(numpyro_trace))
+    numpyro_draws = {
+        name
+        for name, site in numpyro_trace.items()
+        if site["type"] == "sample" and not site["is_observed"] and not is_subsample_site(site)
+    }
+    if set(draws) != numpyro_draws:
+        raise AssertionError(
+            f"{where} samples other sites in the two twins: Pyro {sorted(draws)}, NumPyro "
+            f"{sorted(numpyro_draws)}."
         )
-        where = f"{spec.name}: guide {guide!r}"
-        _check_same_params(where, _pyro_constraints(trace), numpyro_constraints)
-        if set(draws) != set(numpyro_draws):
-            raise AssertionError(
-                f"{where} samples other sites in the two twins: Pyro {sorted(draws)}, NumPyro "
-                f"{sorted(numpyro_draws)}."
-            )
-        if not np.isfinite(pyro_logq) or not np.isclose(pyro_logq, numpyro_logq, rtol=rtol):
-            raise AssertionError(
-                f"{where}: log-density at the same parameters and draws differs: pyro "
-                f"{pyro_logq}, numpyro {numpyro_logq}. The twins' guides must write the same "
-                "distributions: compare each site's distribution and arguments, and each "
-                "parameter's constraint (a rate against a scale, a scale against a variance, "
-                "a softplus against an exp, a missing to_event or plate are the usual causes)."
-            )
+    if not np.isfinite(pyro_logq) or not np.isclose(pyro_logq, numpyro_logq, rtol=rtol):
+        raise AssertionError(
+            f"{where}: log-density at the same parameters and draws differs "
+            f"({point.describe(bool(moved))}): pyro {pyro_logq}, numpyro {numpyro_logq}. The "
+            "twins' guides must write the same distributions: compare each site's distribution "
+            "and arguments, and each parameter's constraint (a rate against a scale, a scale "
+            "against a variance, a softplus against an exp, a missing to_event or plate are "
+            "the usual causes)."
+        )
 
 
 def _check_same_params(where: str, pyro_constraints: dict, numpyro_constraints: dict) -> None:
@@ -381,8 +587,8 @@ def _check_same_params(where: str, pyro_constraints: dict, numpyro_constraints: 
 
 
 def _numpyro_guide_density(spec, guide, data, config, init, values, temperature):
-    """The NumPyro guide built from ``init`` and scored at ``values`` (parameters and draws by
-    name): ``(its parameters' constraint names by name, draw names, log-density)``."""
+    """The NumPyro guide built from ``init`` and scored at ``values`` (draws and a plate's
+    subsample indices by name): ``(its trace, its log-density)``."""
     import jax.numpy as jnp
     from numpyro import handlers
     from numpyro.infer.util import log_density
@@ -396,12 +602,7 @@ def _numpyro_guide_density(spec, guide, data, config, init, values, temperature)
         {"temperature": temperature},
         {k: jnp.asarray(v) for k, v in values.items()},
     )
-    draws = {
-        name
-        for name, site in trace.items()
-        if site["type"] == "sample" and not site["is_observed"] and not is_subsample_site(site)
-    }
-    return _numpyro_constraints(trace), draws, float(logq)
+    return trace, float(logq)
 
 
 # --- The spec alone -------------------------------------------------------------------------
