@@ -409,17 +409,25 @@ def check_twins_and_log_joint(spec: ModelSpec, rtol: float = 1e-8, **options) ->
         _check_log_joint_at(spec, point, rtol)
 
 
+def _traced_at(traced, start, point: _CheckPoint):
+    """``(trace, start, moved)``: ``traced(start)``, a Pyro trace from ``start``; at a point
+    that moves parameters, traced again from its parameters moved off their values
+    (:func:`moved_params`), which ``start`` then holds and ``moved`` names."""
+    trace = traced(start)
+    moved = moved_params(trace) if point.moved else {}
+    if moved:
+        start = {**(start or {}), **moved}
+        trace = traced(start)
+    return trace, start, moved
+
+
 def _check_log_joint_at(spec: ModelSpec, point: _CheckPoint, rtol: float) -> None:
     data, config, start = example_problem(spec, **point.options)
 
     def traced(init):
         return _pyro_traced(lambda tconfig: spec.build_model("pyro", tconfig, init), data, config)
 
-    ptrace = traced(start)
-    moved = moved_params(ptrace) if point.moved else {}
-    if moved:
-        start = {**(start or {}), **moved}
-        ptrace = traced(start)
+    ptrace, start, moved = _traced_at(traced, start, point)
     point_values = _pyro_point(ptrace)
     where = f"{spec.name}: the model"
     _check_starts_from_init(where, "pyro", start, point_values.params)
@@ -523,11 +531,7 @@ def _check_guide_at(spec: ModelSpec, guide: str, point: _CheckPoint, problem, rt
     def traced(init):
         return _pyro_traced(_guide_maker(spec, "pyro", guide, init), data, config, temperature)
 
-    trace = traced(start)
-    moved = moved_params(trace) if point.moved else {}
-    if moved:
-        start = {**(start or {}), **moved}
-        trace = traced(start)
+    trace, start, moved = _traced_at(traced, start, point)
     point_values = _pyro_point(trace)
     params, draws, pyro_logq = point_values.params, point_values.draws, point_values.logp
     where = f"{spec.name}: guide {guide!r}"
