@@ -60,12 +60,11 @@ CONTRACTS = {
         "a short fit runs, its objective is finite and improves, and it gives posterior draws "
         "(to_arviz) or per-datum ELBOs"
     ),
-    "closed_form_fit": (
-        "a short fit runs, its objective is finite and improves, and it gives posterior draws "
-        "(to_arviz) or per-datum ELBOs; the objective it reports is the twins' at its "
-        "parameters, which, once it converged, are where the twins' objective is at a maximum"
-    ),
 }
+CONTRACTS["closed_form_fit"] = (
+    CONTRACTS["fit"] + "; the objective it reports is the twins' at its parameters, which, "
+    "once it converged, are where the twins' objective is at a maximum"
+)
 
 
 def short_run(alg, num_steps: int) -> dict:
@@ -716,22 +715,13 @@ def check_model(
         ),
     ]
     for algorithm, backend in supported_runs(spec, algorithms, backends):
-        if is_closed_form(algorithm):
-            checks.append(
-                (
-                    f"{algorithm}/{backend}",
-                    CONTRACTS["closed_form_fit"],
-                    lambda a=algorithm, b=backend: _check_closed_form_run(
-                        spec, a, b, num_steps, **options
-                    ),
-                )
-            )
-            continue
+        closed_form = is_closed_form(algorithm)
+        run = _check_closed_form_run if closed_form else check_algorithm_improves
         checks.append(
             (
                 f"{algorithm}/{backend}",
-                CONTRACTS["fit"],
-                lambda a=algorithm, b=backend: check_algorithm_improves(
+                CONTRACTS["closed_form_fit" if closed_form else "fit"],
+                lambda run=run, a=algorithm, b=backend: run(
                     spec, a, b, num_steps=num_steps, **options
                 ),
             )
