@@ -712,19 +712,29 @@ class ResultMaker:
 
 
 def _summary(alg, problem: Problem, raw: dict, state, draws) -> dict:
-    """The user-facing parameters of a result (``FitResult.params``): a sampler's posterior
-    means of the model's draws (``sample_posterior``'s names), else the model's summary of the
-    raw parameters; an algorithm of the older contract with its own ``summarize`` is asked."""
+    """The user-facing parameters of a result (``FitResult.params``): the model's summary of a
+    sampler's draws or of the raw parameters; an algorithm of the older contract with its own
+    ``summarize`` is asked."""
     spec, config = problem.spec, problem.config
     older = getattr(alg, "summarize", None)
     if callable(older):
         return older(spec, raw, config, state)
     if draws is not None:
-        if not draws:
-            return {}
-        pooled = {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
-        return {k: v.mean(axis=0) for k, v in spec.draws_from_sites(pooled, config).items()}
+        return _summary_of_draws(spec, config, draws)
     return spec.summarize(raw, config) if spec.summarize else dict(raw)
+
+
+def _summary_of_draws(spec, config, draws: dict) -> dict:
+    """A sampler's parameters: the model's ``summarize_draws`` of its draws (pooled over
+    chains), by ``summarize``'s names; without it, the draws' posterior means by
+    ``sample_posterior``'s names."""
+    if not draws:
+        return {}
+    pooled = {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
+    sampled = spec.draws_from_sites(pooled, config)
+    if spec.summarize_draws is not None:
+        return spec.summarize_draws(sampled, config)
+    return {k: v.mean(axis=0) for k, v in sampled.items()}
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,10 @@ class FitResult:
     params : dict of str to ndarray
         User-facing parameters: the model's ``summarize`` of the raw parameters (for
         ``bayesian_gmm``: ``weights``, ``means``, ``covariances`` in scikit-learn's conventions,
-        and ``n_effective_components``). A sampler's are the posterior means of its draws as
-        ``sample_posterior`` names them (the model's ``draws_from_sites``; for ``bayesian_gmm``:
-        ``weights``, ``means``, ``precisions``).
+        and ``n_effective_components``). A sampler's have the same names, read from its draws
+        (the model's ``summarize_draws``; for ``bayesian_gmm``: ``weights``, ``means``,
+        ``covariances`` and ``n_effective_components``), or are the posterior means of its
+        draws by ``sample_posterior``'s names for a model without ``summarize_draws``.
     raw_params : dict of str to ndarray
         The algorithm's own parameters (variational parameters, named as the guide's params).
     config : dataclass

@@ -84,7 +84,7 @@ def test_a_result_of_draws_gives_chains_stats_and_loo(regression_nuts):
     assert idata.log_likelihood["x,y"].shape == (4, 300, 100)
     assert np.isfinite(az.loo(idata).elpd_loo)
     # The posterior's mean, and a held-out log predictive averaged over the draws.
-    assert regression_nuts.params["coef"].shape == (3,)
+    assert regression_nuts.params["coef_mean"].shape == (3,)
     assert regression_nuts.sample_posterior(10_000)["coef"].shape == (1200, 3)
     assert regression_nuts.sample_posterior(12)["coef"].shape == (12, 3)
     assert np.all(np.isfinite(regression_nuts.log_marginal_likelihood(regression_nuts.data)))

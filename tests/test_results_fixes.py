@@ -19,9 +19,11 @@ import inference
 import zoo
 from inference import api
 from inference.evaluation import LogSumExp
+from zoo.testing import check_spec, example_problem
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
+REGRESSION_PLUGIN = "bayesian_linear_regression"  # the example plugin (conftest registers it)
 GLOBAL_LATENT_MESSAGE = "Latent site 'sticks' is outside the 'data' plate: per-datum importance"
 
 
@@ -57,16 +59,66 @@ def mixture_draws():
     return spec, config, sites
 
 
-def test_a_samplers_params_are_the_posterior_means_of_its_draws(mixture_draws):
+def test_a_samplers_params_are_the_summary_of_its_draws(mixture_draws):
+    """Posterior means of the weights and means, and the covariances as CAVI and scikit-learn
+    report them: the inverse of the precisions' posterior mean."""
     spec, config, sites = mixture_draws
     params = _sampler_params(spec, config, sites)
-    assert sorted(params) == ["means", "precisions", "weights"]
+    assert sorted(params) == ["covariances", "means", "n_effective_components", "weights"]
     weights = sites["weights"] / sites["weights"].sum(-1, keepdims=True)
     np.testing.assert_allclose(params["weights"], weights.mean(axis=(0, 1)), rtol=1e-12)
     np.testing.assert_allclose(params["means"], sites["means"].mean(axis=(0, 1)), rtol=1e-12)
-    np.testing.assert_allclose(
-        params["precisions"], sites["precisions"].mean(axis=(0, 1)), rtol=1e-12
+    mean_precision = sites["precisions"].reshape(6, 2, 2, 2).sum(axis=0) / 6
+    for k in range(2):
+        np.testing.assert_allclose(
+            params["covariances"][k] @ mean_precision[k], np.eye(2), atol=1e-12
+        )
+    assert params["n_effective_components"] == 2
+
+
+def test_a_component_the_draws_switch_off_is_not_counted(mixture_draws):
+    spec, config, sites = mixture_draws
+    sites = {**sites, "weights": np.broadcast_to([0.995, 0.005], (2, 3, 2))}
+    assert _sampler_params(spec, config, sites)["n_effective_components"] == 1
+
+
+@pytest.mark.parametrize("name", ["bayesian_gmm", "bernoulli_mixture", REGRESSION_PLUGIN])
+def test_a_samplers_params_have_the_names_of_every_other_fits(name, request):
+    """A NUTS fit's ``params`` read as a CAVI or SVI fit's: the keys and shapes of the model's
+    ``summarize``, from draws at the start every algorithm shares."""
+    spec = request.getfixturevalue("regression_spec") if name == REGRESSION_PLUGIN else None
+    spec = spec or zoo.get_model(name)
+    _, config, start = example_problem(spec)
+    if start is None:  # a model whose updates start from its data: their first state
+        start = {"coef_loc": np.zeros(3), "coef_scale_tril": np.eye(3)}
+    sites = {
+        k: np.broadcast_to(v, (2, 3, *np.shape(v))) + 0.0
+        for k, v in spec.sites_from_params(start, config).items()
+    }
+    params = _sampler_params(spec, config, sites)
+    summary = spec.summarize(start, config)
+    assert {k: np.shape(v) for k, v in params.items()} == {
+        k: np.shape(v) for k, v in summary.items()
+    }
+
+
+def test_the_example_plugin_summarizes_draws_by_their_mean_and_covariance(regression_spec):
+    rng = np.random.default_rng(3)
+    coef = rng.normal(size=(2, 50, 3)) @ np.array([[1.0, 0.3, 0.0], [0, 1, 0.5], [0, 0, 2]])
+    config = regression_spec.prepare(regression_spec.make_data(rng, 20))
+    params = _sampler_params(regression_spec, config, {"coef": coef})
+    pooled = coef.reshape(100, 3)
+    np.testing.assert_allclose(params["coef_mean"], pooled.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(params["coef_covariance"], np.cov(pooled.T), rtol=1e-12)
+    np.testing.assert_allclose(params["coef_sd"], pooled.std(axis=0, ddof=1), rtol=1e-12)
+
+
+def test_summarize_draws_without_draws_is_refused():
+    spec = dataclasses.replace(
+        zoo.get_model("gmm"), name="no_draws", summarize_draws=lambda draws, config: {}
     )
+    with pytest.raises(zoo.ModelSpecError, match="summarize_draws summarizes a sampler's draws"):
+        check_spec(spec)
 
 
 def test_the_docs_name_a_samplers_params_as_a_fit_gives_them(mixture_draws):
@@ -79,7 +131,7 @@ def test_the_docs_name_a_samplers_params_as_a_fit_gives_them(mixture_draws):
     sampler = getting_started[getting_started.index("A sampler's (NUTS's)") :]
     assert _documented_keys(sampler, "for `bayesian_gmm`") == keys
     docstring = inference.FitResult.__doc__
-    sampler = docstring[docstring.index("A sampler's are") :]
+    sampler = docstring[docstring.index("A sampler's have") :]
     assert _documented_keys(sampler, "for ``bayesian_gmm``", quote="``") == keys
 
 
@@ -97,9 +149,11 @@ def test_a_nuts_fit_has_the_documented_params():
     bullet = nuts_page[nuts_page.index("- `res.params`") :]
     assert _documented_keys(bullet, "for `bayesian_gmm`") == sorted(res.params)
     pooled = {k: v.reshape(-1, *v.shape[2:]) for k, v in res.draws.items()}
-    expected = res.spec.draws_from_sites(pooled, res.config)
-    for key, value in expected.items():
-        np.testing.assert_allclose(res.params[key], value.mean(axis=0), rtol=1e-12)
+    draws = res.spec.draws_from_sites(pooled, res.config)
+    np.testing.assert_allclose(res.params["means"], draws["means"].mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(
+        res.params["covariances"], np.linalg.inv(draws["precisions"].mean(axis=0)), rtol=1e-10
+    )
 
 
 def test_pyro_scores_a_model_with_global_latents_with_the_sites_message():

@@ -303,6 +303,12 @@ class ModelSpec:
         ``sample_posterior`` gives: the same keys and shapes, which ``log_likelihood`` reads. A
         model that sets it declares that every latent variable is global, or discrete and
         enumerable, so that NUTS can sample it. Requires ``sites_from_params``.
+    summarize_draws : callable, optional
+        ``summarize_draws(draws, config) -> dict``: a sampler's user-facing parameters from its
+        posterior draws (``draws_from_sites``' draws, pooled over chains: ``(S, ...)``), by
+        ``summarize``'s names and conventions, so that a NUTS fit's ``FitResult.params`` have the
+        keys of every other fit's. Without it they are the posterior means of the draws, by the
+        draws' names. Requires ``draws_from_sites``.
     sites_from_params : callable, optional
         ``sites_from_params(raw_params, config) -> sites``: a point in the support of every
         latent sample site (numpy, site shapes without a draw axis), read from raw parameters
@@ -408,6 +414,7 @@ class ModelSpec:
     log_likelihood: Callable[..., np.ndarray] | None = None
     check_data: Callable[..., None] | None = None
     draws_from_sites: Callable[[dict, Any], dict] | None = None
+    summarize_draws: Callable[[dict, Any], dict] | None = None
     sites_from_params: Callable[[dict, Any], dict] | None = None
     exact_posterior: Callable[[dict, Any], dict] | None = None
     exchangeable_components: tuple[str, ...] = ()

@@ -723,7 +723,7 @@ def check_spec(spec: ModelSpec) -> None:
     if not callable(spec.prepare):
         problems.append("prepare must be a function: prepare(data, **options) -> config.")
     hooks = ("make_data", "summarize", "sample_posterior", "log_likelihood", "check_data")
-    hooks += ("draws_from_sites", "sites_from_params", "exact_posterior")
+    hooks += ("draws_from_sites", "summarize_draws", "sites_from_params", "exact_posterior")
     for hook in hooks:
         if getattr(spec, hook) is not None and not callable(getattr(spec, hook)):
             problems.append(f"{hook} must be a function or None.")
@@ -777,6 +777,11 @@ def _sampling_problems(spec: ModelSpec) -> list[str]:
             "of every latent site read from raw parameters, where the sampler starts the chains "
             "of a mixture (updates that start from responsibilities). Add sites_from_params, "
             "or leave draws_from_sites out."
+        )
+    if spec.summarize_draws is not None and spec.draws_from_sites is None:
+        problems.append(
+            "summarize_draws summarizes a sampler's draws, which draws_from_sites reads from its "
+            "sites: add draws_from_sites (and sites_from_params), or leave summarize_draws out."
         )
     needs_draws = [
         hook for hook in ("draws_from_sites", "exact_posterior") if getattr(spec, hook) is not None

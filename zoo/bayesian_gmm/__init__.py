@@ -284,9 +284,26 @@ def summarize(params: dict, config: BayesianGMMConfig) -> dict:
         "weights": weights,
         "means": params["mean_loc"],
         "covariances": np.linalg.inv(scale) / dof[:, None, None],
-        # A component "switched off" by the data keeps less than 1% of the weight.
-        "n_effective_components": np.asarray(int((weights > 0.01).sum())),
+        "n_effective_components": _effective_components(weights),
     }
+
+
+def summarize_draws(draws: dict, config: BayesianGMMConfig) -> dict:
+    """:func:`summarize`'s parameters from posterior draws (a sampler's, pooled over chains):
+    the posterior means of the weights and means, and ``covariances`` ``E[Lambda_k]^-1``, the
+    inverse of the precisions' posterior mean, as :func:`summarize` reports them."""
+    weights = draws["weights"].mean(axis=0)
+    return {
+        "weights": weights,
+        "means": draws["means"].mean(axis=0),
+        "covariances": np.linalg.inv(draws["precisions"].mean(axis=0)),
+        "n_effective_components": _effective_components(weights),
+    }
+
+
+def _effective_components(weights: np.ndarray) -> np.ndarray:
+    """How many components the data kept: one "switched off" keeps under 1% of the weight."""
+    return np.asarray(int((weights > 0.01).sum()))
 
 
 def make_data(rng: np.random.Generator, n: int = 600) -> dict:
@@ -337,6 +354,7 @@ SPEC = ModelSpec(
     guide_coordinates=3,
     make_data=make_data,
     summarize=summarize,
+    summarize_draws=summarize_draws,
     config_type=BayesianGMMConfig,
     sample_posterior=posterior.sample_posterior,
     log_likelihood=posterior.log_likelihood,

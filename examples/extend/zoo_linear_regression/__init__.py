@@ -79,6 +79,19 @@ def summarize(raw_params: dict, config: LinearRegressionConfig) -> dict:
     }
 
 
+def summarize_draws(draws: dict, config: LinearRegressionConfig) -> dict:
+    """:func:`summarize`'s parameters from a sampler's draws of ``coef`` (S, D): their mean and
+    covariance, so that a NUTS fit's ``params`` read as a CAVI or SVI fit's."""
+    coef = draws["coef"]
+    centred = coef - coef.mean(axis=0)
+    covariance = centred.T @ centred / max(coef.shape[0] - 1, 1)
+    return {
+        "coef_mean": coef.mean(axis=0),
+        "coef_covariance": covariance,
+        "coef_sd": np.sqrt(np.diagonal(covariance)),
+    }
+
+
 TRUE_COEF = np.array([1.0, -2.0, 0.5])  # intercept and two slopes of the demo data
 
 
@@ -120,6 +133,7 @@ SPEC = ModelSpec(
     # declares beside draws_from_sites all the same.
     draws_from_sites=posterior.draws_from_sites,
     sites_from_params=posterior.sites_from_params,
+    summarize_draws=summarize_draws,  # a NUTS fit's params, by summarize's names
     # The reference that posterior comparisons measure every fit against.
     exact_posterior=posterior.exact_raw_params,
     tags=("conjugate", "regression", "plugin"),
