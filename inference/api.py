@@ -107,10 +107,7 @@ def _check_run_options(seed, num_steps, tol, checkpoint_every=100, callback=None
         raise TypeError(f"callback must be callable(step, state, info); got {callback!r}.")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1:
         raise ValueError(f"num_steps must be an int in the range [1, inf); got {num_steps!r}.")
-    if tol is not None and not (
-        isinstance(tol, int | float | np.number) and not isinstance(tol, bool) and 0 <= tol < np.inf
-    ):
-        raise ValueError(f"tol must be a float in the range [0, inf); got {tol!r}.")
+    check_tol(tol)
     if (
         isinstance(checkpoint_every, bool)
         or not isinstance(checkpoint_every, int | np.integer)
@@ -119,6 +116,14 @@ def _check_run_options(seed, num_steps, tol, checkpoint_every=100, callback=None
         raise ValueError(
             f"checkpoint_every must be an int in the range [1, inf); got {checkpoint_every!r}."
         )
+
+
+def check_tol(tol) -> None:
+    """A stopping tolerance is None (the algorithm's default) or a finite float >= 0."""
+    if tol is not None and not (
+        isinstance(tol, int | float | np.number) and not isinstance(tol, bool) and 0 <= tol < np.inf
+    ):
+        raise ValueError(f"tol must be a float in the range [0, inf); got {tol!r}.")
 
 
 def check_flag(name: str, value) -> None:

@@ -7,7 +7,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,15 +15,21 @@ import numpy as np
 from inference import accuracy, convergence
 from inference.algorithm import ignores
 from inference.algorithms import closed_form, svi
-from inference.api import check_flag, fit, model_options
+from inference.api import check_flag, check_tol, fit, make_problem, model_options
 from inference.backends import get_backend
+from inference.evaluation import check_num_samples, check_seed
 from inference.loop import first_line, labelled_bar
-from inference.registry import every_option_name, get_algorithm, list_algorithms
+from inference.minibatch import check_batch_size
+from inference.persistence.checkpoint_header import config_arrays, config_summary
+from inference.registry import algorithm_source, every_option_name, get_algorithm, list_algorithms
+from inference.result import data_fingerprint
 from zoo import get_model
+from zoo.initialization import INIT_METHODS
 from zoo.options import did_you_mean
 
 TARGET_GAP = 0.01  # nats per point: "reached the optimum" means within this of the best run
 REFERENCE_DRAWS = 4000  # draws of an exact reference posterior
+IMPORTANCE_WEIGHTED = "iwae"  # SVI's elbo= of the importance-weighted bound
 
 
 @dataclass
@@ -54,7 +60,8 @@ class Comparison:
         Seconds spent on the reference posterior outside the rows: the fit :func:`compare`
         made of it, where no run of the table is that fit, and its draws; 0 without a
         reference. With the rows' ``setup_s``, ``wall_time_s`` and ``evaluation_s`` it adds up
-        to the time the call took.
+        to the time the call took, but for the checks before the first run and, where a
+        backend is first used in the process, its import, which no column counts.
 
     Examples
     --------
@@ -197,8 +204,10 @@ class Comparison:
         One panel per model; stochastic objectives are smoothed by a trailing mean over 25
         steps, and the first step's one-off cost (JAX compilation) is replaced by a typical
         step's. A dotted line marks 0.01 nats/point below the best run. Each line is the run's
-        history, the objective it ascended: a relaxed guide's is labelled "relaxed ELBO", and
-        CAVI's "mean-field ELBO", below the summed-out ELBO the table scores it by.
+        history, the objective it ascended: a relaxed guide's is labelled "relaxed ELBO", a run
+        trained with ``elbo="iwae"`` "importance-weighted bound" (above the ELBO the table
+        scores it by), and CAVI's "mean-field ELBO", below the summed-out ELBO the table scores
+        it by. With more than one seed in the comparison each line names its seed.
 
         Parameters
         ----------
@@ -258,16 +267,23 @@ class Comparison:
             return
         best = max(r["objective_per_point"] for r, _ in runs)
         lowest = best
+        # Runs that differ by their seed alone are told apart by it.
+        seeded = len({r["seed"] for r in self.rows}) > 1
         for row, res in runs:
             y = _smoothed(res) / res.num_data
             lowest = min(lowest, np.nanmin(y, initial=best))
+            seed = f", seed {row['seed']}" if seeded else ""
             label = (
-                f"{row['algorithm']}{'-' + row['guide'] if row['guide'] else ''} ({row['backend']})"
+                f"{row['algorithm']}{'-' + row['guide'] if row['guide'] else ''} "
+                f"({row['backend']}{seed})"
             )
             # The curve is the run's own objective: named where it is not the table's (a relaxed
-            # ELBO, CAVI's mean-field ELBO, below the summed-out one the table scores it by).
+            # ELBO, an importance-weighted bound above the ELBO, CAVI's mean-field ELBO below
+            # the summed-out one the table scores it by).
             alg = get_algorithm(row["algorithm"])
-            own = objective_label(alg, res.spec, row["backend"], row["guide"], res.config)
+            own = objective_label(
+                alg, res.spec, row["backend"], row["guide"], res.config, _trained_bound(res)
+            )
             if own != row.get("objective"):
                 label += f", {own}"
             ax.plot(_time_after_warmup(res), y, label=label, lw=1.5)
@@ -343,9 +359,10 @@ def compare(
     (``spec.maximum_likelihood_twin``: ``"gmm"`` for ``"bayesian_gmm"``) when the twin supports
     it, and is otherwise left out with a warning. Rows hold the final objective per point (the
     ELBO; a log-likelihood for EM), the held-out log predictive per point, steps, wall time and
-    the time to get within 0.01 nats/point of the best run's objective. Every run's options are checked before the first
-    run, and an option that no run takes (each run's algorithm or model would ignore it) is an
-    error.
+    the time to get within 0.01 nats/point of the best run's objective. Every run's options are
+    checked before the first run (the seeds; each run's options, data and model config as
+    :func:`fit` checks them; its minibatch size and its start, ``init``), and an option that no
+    run takes (each run's algorithm or model would ignore it) is an error.
 
     Parameters
     ----------
@@ -365,7 +382,7 @@ def compare(
         The guides that algorithms which take a guide (SVI) run with; default: each of the
         model's guides (``spec.guides``). Other algorithms run once, without a guide.
     seeds : sequence of int
-        One run per seed.
+        One run per seed, each an int in [0, 2**63), as :func:`fit` takes it.
     test_data : dict of str to array-like, optional
         Held-out data for the ``heldout_log_pred_per_point`` column; default: ``data``.
     num_steps : int or dict of str to int, optional
@@ -384,8 +401,12 @@ def compare(
         - a sampler's name (NUTS's): the comparison's own run of it (its first backend and
           seed), or a fit of it with its default options on the first backend when
           ``algorithms`` has none;
-        - a :class:`~inference.FitResult` of this model on these data (e.g. a longer NUTS
-          run).
+        - a :class:`~inference.FitResult` of this model on these data with this comparison's
+          model config (e.g. a longer NUTS run): a posterior, not a point estimate (EM, or a
+          guide of point masses), whose draws have no spread to measure in. One read from a
+          file (:func:`inference.load`) is checked by the fingerprint of its data that the
+          file keeps; of a file without one, only its number of data points and its config
+          are checked, with a warning saying so.
 
         The sampler's fit is kept as :attr:`Comparison.reference`; one whose chains fail their
         diagnostics (r-hat, bulk ESS, divergences) is warned about with a
@@ -417,11 +438,14 @@ def compare(
     ValueError
         ``algorithms``, ``backends`` or ``seeds`` is not a non-empty list; an unknown algorithm
         or backend; ``num_steps`` names an algorithm not among ``algorithms``; a ``reference``
-        that does not fit the model or these data; an option that no run of the comparison
-        would use; a run that the comparison could not score (K=1 where NumPyro's
-        enumeration scores a guide); no algorithm in ``algorithms`` supports the model.
+        that does not fit the model, these data or this model config, or is a point estimate;
+        an option that no run of the comparison would use; a negative seed; a run's options,
+        data or start that its :func:`fit` would refuse (checked before the first run); a run
+        that the comparison could not score (K=1 where NumPyro's enumeration scores a guide);
+        no algorithm in ``algorithms`` supports the model.
     TypeError
-        An option that is neither a :func:`fit` option nor an option of the fitted models.
+        An option that is neither a :func:`fit` option nor an option of the fitted models; a
+        seed that is not an int; a run's option or start of a type its :func:`fit` would refuse.
     Exception
         What a run's :func:`fit` raises (e.g. :class:`~inference.NonFiniteObjectiveError`)
         stops the comparison, unless ``on_error="record"``.
@@ -473,7 +497,7 @@ def compare(
             f"the algorithms {list(algorithms)}."
         )
     if reference is not None:
-        _check_reference(reference, spec, data)
+        _check_reference(reference, spec, data, options)
     if test_data is None:
         test_data = data
     else:  # named as the caller's, and checked against the model the data make, before any fit
@@ -486,12 +510,12 @@ def compare(
     if plan:
         _check_every_option_is_used(spec, plan, options, reference)
         _check_scoring(plan)
+    check_num_samples(num_samples)  # scored after each run: checked before the first
+    _check_runs_can_start(plan, data, seeds, num_steps)
     rows, results = [], []
     runs = [(run, seed) for run in plan for seed in seeds]
     for number, ((alg, target, backend, guide, opts), seed) in enumerate(runs, 1):
-        steps = num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
-        if alg.traits.estimate == "draws":
-            steps = None  # a sampler's length is its warm-up and draws
+        steps = _steps_for(alg, num_steps)
         label = f"{_run_name(alg, guide)} {backend} seed {seed} ({number}/{len(runs)})"
         failure = None
         with labelled_bar(label), warnings.catch_warnings(record=True) as said:
@@ -592,6 +616,67 @@ def _check_guides(plan, guides) -> None:
                 f"Unknown guide(s) {unknown} for {target.name!r}; valid guides are "
                 f"{list(target.guides)}." + did_you_mean(unknown[0], target.guides)
             )
+
+
+def _steps_for(alg, num_steps):
+    """The ``num_steps`` a run of ``alg`` is given: the number, or its algorithm's entry of the
+    dict; None for a sampler, whose length is its warm-up and draws."""
+    if alg.traits.estimate == "draws":
+        return None
+    return num_steps.get(alg.name) if isinstance(num_steps, dict) else num_steps
+
+
+def _check_runs_can_start(plan, data, seeds, num_steps) -> None:
+    """Before any fit, what a run's :func:`fit` would refuse at its start, so that no run is
+    lost to a run after it that could never start: the seeds, and each run's problem as
+    :func:`fit` makes it (:func:`~inference.make_problem`: its options, steps, dtype, device,
+    data and model config), its minibatch size against the data, and its start
+    (:func:`_check_start`). What they warn of is left to the runs, which say it naming the
+    run."""
+    for seed in seeds:
+        try:
+            check_seed(seed)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"seeds={list(seeds)!r}: {err}") from err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for alg, target, backend, guide, opts in plan:
+            check_tol(opts.get("tol"))  # make_problem takes no tol
+            given = {k: v for k, v in opts.items() if k != "tol"}
+            steps = _steps_for(alg, num_steps)
+            problem, alg_options = make_problem(
+                target, data, alg.name, backend, seed=seeds[0], num_steps=steps, **given
+            )
+            batch_size = getattr(alg_options, "batch_size", None)
+            if batch_size is not None and problem.source is None:
+                check_batch_size(batch_size, problem.num_data)
+            _check_start(alg, guide, problem)
+
+
+def _check_start(alg, guide, problem) -> None:
+    """A run's ``init`` as its built-in algorithm reads it, checked before any fit (one
+    algorithm may take a start that another refuses): a mixture's initial responsibilities by
+    the closed-form updates' own check (``initial_point``), which every built-in algorithm
+    starts a mixture from, and which refuses a dict of parameters; that dict is SVI's own start,
+    whose names its set-up checks against its guide's. A model that starts from its own point
+    takes no other start but SVI's dict. A plugin's algorithm reads ``init`` its own way, at its
+    start."""
+    init, updates, name = problem.init, problem.spec.updates, problem.spec.name
+    if init is None or algorithm_source(alg.name) != "built-in":
+        return
+    if guide is not None and isinstance(init, Mapping):
+        return
+    if updates is not None and updates.start == "responsibilities":
+        if not (isinstance(init, str) and init in INIT_METHODS):  # a method: run at the start
+            updates.initial_point(name, problem.data, problem.config, init, problem.seed)
+        return
+    given = f"init={init!r}" if isinstance(init, str) else f"init (a {type(init).__name__})"
+    svi_start = " (SVI's runs take a dict of parameters, such as a fit's raw_params)"
+    raise ValueError(
+        f"{given} cannot start the {_run_name(alg, guide)!r} runs of model {name!r}, which "
+        f"start from the model's own point{svi_start if guide is not None else ''}; leave "
+        "init=None."
+    )
 
 
 def _plan_runs(algs, models, backends, guides, options) -> list[tuple]:
@@ -717,9 +802,11 @@ def _add_time_to_target(rows, results) -> None:
     reached it if its final objective, scored as the table scores it, did; the time is when its
     history (smoothed) first did, or its end if the history never did (the history holds each
     step's estimate at the iterate, the table the returned parameters). A relaxed guide's
-    history is another objective (the relaxed ELBO), which tells no time: NaN. A closed-form
-    run scored by its summed-out ELBO has the mean-field ELBO as its history, a lower bound of
-    it at each iterate, so its time is one by which the run was there, at the latest."""
+    history is another objective (the relaxed ELBO), and so is the importance-weighted bound
+    of a run trained with ``elbo="iwae"``, above the ELBO: neither tells a time (NaN). A
+    closed-form run scored by its summed-out ELBO has the mean-field ELBO as its history, a
+    lower bound of it at each iterate, so its time is one by which the run was there, at the
+    latest."""
     # ELBOs are compared with ELBOs, EM's log-likelihoods with log-likelihoods; a sampler's
     # rows have no objective to compare.
     best = {}
@@ -731,7 +818,8 @@ def _add_time_to_target(rows, results) -> None:
         target = best.get(row["model"], np.inf) - TARGET_GAP
         if res is None or not row["objective_per_point"] >= target:  # failed, or not there
             continue
-        if row["guide"] and res.spec.guide_kind(row["guide"], row["backend"]).relaxed:
+        relaxed = row["guide"] and res.spec.guide_kind(row["guide"], row["backend"]).relaxed
+        if relaxed or _trained_bound(res) == IMPORTANCE_WEIGHTED:
             continue
         times = res.history["time"]
         hit = np.nonzero(_smoothed(res) / res.num_data >= target)[0]
@@ -840,9 +928,10 @@ def _samplers() -> list[str]:
     return [a for a in list_algorithms() if get_algorithm(a).traits.estimate == "draws"]
 
 
-def _check_reference(reference, spec, data) -> None:
-    """A reference is the model's exact posterior, a sampler, or a result of this model given
-    these data."""
+def _check_reference(reference, spec, data, options) -> None:
+    """A reference is the model's exact posterior, a sampler, or a posterior of this model
+    given these data and this model config, checked before any fit: a reference that cannot be
+    measured against would otherwise fail after every run."""
     if isinstance(reference, str):
         if reference == "exact":
             if spec.exact_posterior is None:
@@ -871,14 +960,87 @@ def _check_reference(reference, spec, data) -> None:
             f"The reference is a fit of model {reference.model!r}; this comparison is of "
             f"{spec.name!r}."
         )
-    given = spec.validate_data(data)
-    if reference.num_data != len(next(iter(given.values()))) or (
-        reference.data is not None
-        and not all(np.array_equal(np.asarray(reference.data[k]), given[k]) for k in given)
-    ):
+    given, config = _data_and_config(spec, data, options)
+    if not _same_data(reference, spec, given):
         raise ValueError(
             "The reference was fitted to other data than this comparison's; fit it to the "
             "same data (or name a sampler, which samples them here)."
+        )
+    _check_reference_config(reference, config)
+    _check_reference_spread(reference)
+    if reference.data is None and reference.data_fingerprint is None:
+        warnings.warn(
+            f"The reference ({reference.algorithm} on {reference.backend}) keeps neither its "
+            "data nor their fingerprint (a fit read from a file saved before fits kept one): "
+            f"only its number of data points ({reference.num_data}) and its model config were "
+            "checked against this comparison's. If it was fitted to other data, every accuracy "
+            "column is wrong; to have its data checked, set reference.data to the data it was "
+            "fitted to.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _same_data(reference, spec, given: dict) -> bool:
+    """Whether the reference may be of ``given``: the same number of rows, and the same data
+    where it keeps them, else the same fingerprint where it keeps one (a fit read from a file)."""
+    if reference.num_data != len(next(iter(given.values()))):
+        return False
+    if reference.data is not None:
+        return all(np.array_equal(np.asarray(reference.data[k]), given[k]) for k in given)
+    if reference.data_fingerprint is not None:
+        return reference.data_fingerprint == data_fingerprint(spec, given)
+    return True
+
+
+def _check_reference_config(reference, config) -> None:
+    """The reference's model config is ``config``, the one the comparison's data and model
+    options make, field by field: a reference of other options (another K, other priors) is a
+    posterior of another model, whose draws the runs' cannot be measured against. Fields
+    computed from the data alone (``zoo.spec.FROM_DATA``) are left to the data's check, as a
+    checkpoint leaves them (a fit saved before such a field was added lacks it)."""
+    theirs, ours = config_arrays(reference.config), config_arrays(config)
+    differing = [
+        name
+        for name in ours
+        if name not in theirs
+        or np.shape(theirs[name]) != np.shape(ours[name])
+        or not np.array_equal(theirs[name], ours[name])
+    ]
+    if differing:
+        there, here = config_summary(reference.config), config_summary(config)
+        what = "; ".join(
+            f"{name}: {there.get(name)!r} in the reference, {here[name]!r} here"
+            for name in differing
+        )
+        raise ValueError(
+            f"The reference's model config differs from this comparison's ({what}): it was "
+            "fitted with other model options, or to other data where the model derives its "
+            "config from them (default priors). Fit the reference with this comparison's data "
+            "and model options, or compare with the reference's options."
+        )
+
+
+def _check_reference_spread(reference) -> None:
+    """A reference has spread to measure the runs in: a point estimate's draws (EM's, or a
+    guide of point masses) are copies of one point, with no sd. An algorithm not installed
+    here (a plugin's fit read from a file) cannot say; its draws are measured as they are."""
+    try:
+        alg = get_algorithm(reference.algorithm)
+    except ValueError:
+        return
+    guide = reference.guide
+    point_masses = guide is not None and (
+        reference.spec.guide_kind(guide, reference.backend).deterministic
+    )
+    if alg.traits.estimate == "point" or point_masses:
+        how = f"a fit of {reference.algorithm!r}"
+        how += f" with guide {guide!r}, of point masses" if point_masses else ""
+        raise ValueError(
+            f"The reference is a point estimate ({how}): its draws are all one point, with no "
+            "spread to measure the runs' posteriors in. A reference must be "
+            f"a posterior: 'exact' where the model has one in closed form, a sampler "
+            f"{_samplers()} (by name, or its FitResult), or a variational fit of this model."
         )
 
 
@@ -971,16 +1133,29 @@ def _guides(alg, spec, guides):
     return tuple(guides or spec.guides)
 
 
-def objective_label(alg, spec, backend: str, guide: str | None, config=None) -> str:
+def objective_label(
+    alg, spec, backend: str, guide: str | None, config=None, elbo: str | None = None
+) -> str:
     """What a fit's own objective is (its ``history["objective"]``), as ``zoo fit`` prints it:
     "mean-field ELBO" for closed-form VI (a table scores its factors with ``z`` summed out,
-    higher), "relaxed ELBO" for a relaxed guide (a table scores it with ``z`` enumerated), else
-    what the table's ``objective`` column says (:func:`_objective_name`)."""
+    higher), "relaxed ELBO" for a relaxed guide (a table scores it with ``z`` enumerated),
+    "importance-weighted bound" for an SVI run trained with it (``elbo``, as the run's options
+    record it: ``"iwae"``; a table scores it by the ELBO, below it), else what the table's
+    ``objective`` column says (:func:`_objective_name`)."""
     if _scoring(alg, spec, backend, guide) == "summed-out":
         return "mean-field ELBO"
     if guide is not None and spec.guide_kind(guide, backend).relaxed:
         return "relaxed ELBO"
+    if elbo == IMPORTANCE_WEIGHTED:
+        return "importance-weighted bound"
     return _objective_name(alg, spec, config)
+
+
+def _trained_bound(res) -> str | None:
+    """The ELBO an SVI run ascended, as its options record it (``"trace"``, ``"iwae"``, ...);
+    None for a run that records none."""
+    options = getattr(res, "options", None) or {}
+    return options.get("elbo")
 
 
 def _objective_name(alg, spec, config=None) -> str:

@@ -19,7 +19,7 @@ from inference.evaluation import (
     fitted,
     importance_statistics,
 )
-from inference.persistence import checkpoint, saved_fit
+from inference.persistence import checkpoint, checkpoint_header, saved_fit
 from inference.registry import get_algorithm
 from zoo import get_model, memory
 
@@ -94,6 +94,11 @@ class FitResult:
     family : str or None
         The fitted posterior's family as the model's ``sample_posterior`` names it, decided
         when the fit was made (see :attr:`guide_family`).
+    data_fingerprint : str or None
+        A digest of the training data (their keys, shapes and bytes), which :meth:`save`
+        writes in place of the data and :func:`inference.load` reads back, so that a fit read
+        from a file can still be told to be of some data (``inference.compare`` checks a
+        reference by it); None for a fit that keeps its data, or a file written without it.
 
     Examples
     --------
@@ -142,6 +147,7 @@ class FitResult:
     sample_stats: dict[str, np.ndarray] | None = field(default=None, repr=False)
     spec: Any = field(default=None, repr=False)
     family: str | None = None
+    data_fingerprint: str | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.spec is None:  # a result made by hand: its model by name
@@ -670,8 +676,20 @@ class FitResult:
             "best_step": self.best_step,
             "family": self.family,
             "config": config_scalars,
+            "data_fingerprint": self.data_fingerprint or _fingerprint_of(self.spec, self.data),
         }
         checkpoint.save(path, header, arrays)
+
+
+def _fingerprint_of(spec, data) -> str | None:
+    """The digest of training data held in memory, as :func:`data_fingerprint` takes it."""
+    return None if data is None else data_fingerprint(spec, data)
+
+
+def data_fingerprint(spec, data) -> str:
+    """A digest of ``data`` as the model validates them (keys, shapes, bytes): equal for the
+    same data however they were passed (lists or arrays, a C or Fortran order)."""
+    return checkpoint_header.fingerprint(spec.validate_data(data))
 
 
 def _pooled(draws: dict) -> dict:
@@ -821,6 +839,7 @@ def load(path) -> FitResult:
         spec=spec,
         # Files written before the family was recorded: the family their fit decided.
         family=header["family"] if "family" in header else _family(spec, alg, header["guide"]),
+        data_fingerprint=header.get("data_fingerprint"),
     )
 
 

@@ -6,6 +6,7 @@ far from the cause."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 
 import numpy as np
@@ -43,6 +44,11 @@ def check_header(path, header: dict) -> None:
     best = header.get("best_step")
     if best is not None and (not isinstance(best, int) or isinstance(best, bool) or best < 0):
         raise CheckpointError(f"{path!r}: the header's 'best_step' is {best!r}.")
+    digest = header.get("data_fingerprint")  # absent from files written before it was kept
+    if digest is not None and not (
+        isinstance(digest, str) and re.fullmatch("[0-9a-f]{16}", digest)
+    ):
+        raise CheckpointError(f"{path!r}: the header's 'data_fingerprint' is {digest!r}.")
 
 
 def _check_config_value(path, spec, name, value, hint) -> None:
