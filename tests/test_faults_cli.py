@@ -153,7 +153,7 @@ CASES = [
     # what the shell sets by its own flags, or cannot give (a Python object), is no option
     ("progress as an option", [*FIT, "--progress", "false"], "--progress is not an option", True),
     ("model as an option", [*FIT, "--model", "vae"], "--model is not an option", True),
-    ("test data as an option", [*COMPARE, "--test-data", "x.npy"], "--test-data is not an", True),
+    ("test data missing", [*COMPARE, "--test-data", "absent.npy"], "'absent.npy'", True),
     ("guide to compare", [*COMPARE, "--guide", "enum"], "each guide of --guides NAMES", True),
     ("help of an unknown model", ["fit", "no_such_model", "--help"], "'no_such_model'", True),
 ]

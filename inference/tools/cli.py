@@ -10,7 +10,8 @@ file or a name, such as ``--checkpoint``'s, is taken as typed);
 ``zoo fit MODEL --help`` lists a model's options, their types, defaults and meanings.
 
 Paths are checked before any fitting starts: a missing data file, or a ``--save`` or ``--plot``
-path that cannot be written, is an error up front, so no finished run is lost to it.
+path that cannot be written (or a plot format this machine cannot write), is an error up front,
+so no finished run is lost to it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -208,7 +210,8 @@ def _extra_options(args, extra: list[str]) -> dict:
 
 #: What ``fit`` and ``compare`` take by name, besides the model's and the algorithms' options,
 #: that the shell has no flag of its own for: the rest it sets by its flags (``--seed``,
-#: ``--json`` for progress) or they need Python objects (a callback, held-out arrays).
+#: ``--json`` for progress, ``--test-data``) or they need Python objects (a callback, ``fit``'s
+#: validation arrays).
 RUN_OPTIONS_WITHOUT_FLAGS = {
     "fit": ("checkpoint", "checkpoint_every", "resume", "init", "dtype"),
     "compare": ("num_samples", "reference", *RUN_OPTIONS),
@@ -217,7 +220,15 @@ RUN_OPTIONS_WITHOUT_FLAGS = {
 COMMON_FLAGS = ("--data", "--option", "--seed", "--num-steps", "--json")
 COMMAND_FLAGS = {
     "fit": (*COMMON_FLAGS, "--algorithm", "--backend", "--guide", "--tol", "--device", "--save"),
-    "compare": (*COMMON_FLAGS, "--algorithms", "--backends", "--guides", "--plot", "--on-error"),
+    "compare": (
+        *COMMON_FLAGS,
+        "--algorithms",
+        "--backends",
+        "--guides",
+        "--test-data",
+        "--plot",
+        "--on-error",
+    ),
 }
 
 
@@ -319,6 +330,66 @@ FIT_EPILOG = (
     "NAME are passed to the fit too."
 )
 
+#: What ``zoo compare --help`` says of each run option it passes to every run without a flag of
+#: its own (:data:`RUN_OPTIONS_WITHOUT_FLAGS`): its value and its meaning, one line each.
+COMPARE_RUN_OPTIONS = {
+    "tol": (
+        "TOL",
+        "the stopping rule's tolerance, in nats per data point; 0 runs exactly --num-steps "
+        "steps (default: each algorithm's or the model's own)",
+    ),
+    "init": (
+        "NAME",
+        "how each run starts: kmeans, random or random_from_data, a mixture's initial "
+        "responsibilities (default: kmeans for a mixture, else the model's own)",
+    ),
+    "dtype": (
+        "float32|float64",
+        "the precision of every run (default: the model's, else each algorithm's)",
+    ),
+    "device": ("DEVICE", "cpu, cuda or cuda:N, for every run (default: cpu)"),
+    "num_samples": (
+        "N",
+        "posterior draws that score heldout_log_pred_per_point and the accuracy columns "
+        "(default: 500)",
+    ),
+    "reference": (
+        "NAME",
+        "exact (the model's closed-form posterior) or a sampler (nuts): every run's posterior "
+        "is measured against it, in accuracy columns (default: none)",
+    ),
+}
+
+
+def _compare_epilog() -> str:
+    """The run options of ``zoo compare``, one line each, in the order ``--help`` lists them."""
+    flags = {name: f"{_flag(name)} {value}" for name, (value, _) in COMPARE_RUN_OPTIONS.items()}
+    width = max(len(flag) for flag in flags.values())
+    return "Run options, passed to every run by name (--NAME VALUE, or --option NAME=VALUE):\n" + (
+        "\n".join(
+            f"  {flags[name]:<{width}}  {meaning}"
+            for name, (_, meaning) in COMPARE_RUN_OPTIONS.items()
+        )
+    )
+
+
+class _LinesFormatter(argparse.HelpFormatter):
+    """argparse's help, but each line of a description or epilog stays a line of its own
+    (wrapped to the terminal, its continuation indented under its text), so that a list of
+    options reads as one."""
+
+    def _fill_text(self, text, width, indent):
+        lines = []
+        for line in text.splitlines():
+            # "  --tol TOL    the stopping rule's ...": continue under "the"
+            hang = re.match(r"\s*(\S+ \S+\s+)?", line).end() if line.startswith(" ") else 0
+            lines.append(
+                textwrap.fill(
+                    line, width, initial_indent=indent, subsequent_indent=indent + " " * hang
+                )
+            )
+        return "\n".join(lines)
+
 
 # Longer than the layer's other functions, and kept whole: a flat declaration of the command
 # line, one add_argument per option, in the order ``--help`` lists them.
@@ -349,17 +420,19 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
             help=text,
             description=f"{text}. Options not listed here are the model's and the algorithm's "
             "own (e.g. --K 8, --lr 0.01): `%(prog)s MODEL --help` lists MODEL's, `zoo "
-            "algorithms` the algorithms'.",
-            epilog=FIT_EPILOG if name == "fit" else None,
+            "algorithms` the algorithms'; the run options below pass the same way.",
+            epilog=FIT_EPILOG if name == "fit" else _compare_epilog(),
+            formatter_class=argparse.HelpFormatter if name == "fit" else _LinesFormatter,
             allow_abbrev=False,
         )
         p.add_argument("model", help="a registered model (see `zoo list`)")
         p.add_argument(
             "--data",
             metavar="FILE",
-            help="a .npy array (one-key models, e.g. (N, D) for a mixture) or a .npz of the "
-            "model's data keys; arrays of Python objects are refused, never unpickled "
-            "(default: the model's built-in data)",
+            help="a .npz of the model's data keys (optional ones may be left out), or a .npy "
+            "array for the one key the model needs (its only key, e.g. (N, D) for a mixture); "
+            "arrays of Python objects are refused, never unpickled (default: the model's "
+            "built-in data)",
         )
         p.add_argument(
             "--option",
@@ -455,11 +528,20 @@ def _parser(model: str | None = None) -> argparse.ArgumentParser:
                 + " (default: every one)",
             )
             p.add_argument(
+                "--test-data",
+                metavar="FILE",
+                help="held-out data, as --data takes them, that the heldout_log_pred_per_point "
+                "column scores (default: the training data, --data's or the built-in set, so "
+                "that the column then says how well each fit predicts the data it was fitted "
+                "to, not new data)",
+            )
+            p.add_argument(
                 "--plot",
                 metavar="FILE",
                 help="also plot the objective against wall time into FILE; its extension "
-                "picks the format (.png, .pdf, .svg, ...; PNG without one). An existing "
-                "directory gets MODEL-compare.png inside it; the folder must exist",
+                "picks the format (.png, .pdf, .svg, ...; PNG without one), one this machine "
+                "can write (.pgf needs LaTeX). An existing directory gets MODEL-compare.png "
+                "inside it; the folder must exist",
             )
             p.add_argument(
                 "--on-error",
@@ -534,10 +616,7 @@ def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     asked = _model_asked_about(argv)
     if asked is not None and asked not in zoo.list_models():
-        _parser().error(
-            f"argument model: unknown model {asked!r}.{did_you_mean(asked, zoo.list_models())} "
-            "`zoo list` lists them."
-        )
+        _parser().error(_unknown_model(asked, argv))
     parser = _parser(asked)
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in ("fit", "compare"):
@@ -597,12 +676,37 @@ def _main(argv) -> int:
         return 0
 
     # Everything given is checked before the data are made or any fitting starts.
+    if args.model not in zoo.list_models():
+        _parser().error(_unknown_model(args.model, argv))
     spec = zoo.get_model(args.model)
     options = _extra_options(args, extra)
     _check_option_names(args.command, spec, options)
     if args.command == "fit":
         return _fit(args, spec, options)
     return _compare(args, spec, options)
+
+
+def _unknown_model(name: str, argv: list[str]) -> str:
+    """The error for a model ``name`` that is not registered; when it follows an option
+    (``zoo fit --K 3 gmm``, where argparse takes 3 for the model), it says that the model's name
+    comes first."""
+    models = zoo.list_models()
+    message = (
+        f"argument model: unknown model {name!r}; the models are {models}."
+        f"{did_you_mean(name, models)} `zoo list` says what each is."
+    )
+    at = argv.index(name, 1) if name in argv[1:] else 0
+    # An option of the model's or an algorithm's, unknown to argparse, leaves its value behind.
+    before = argv[at - 1] if at > 1 else ""
+    if before.startswith("-") and before not in COMMAND_FLAGS.get(argv[0], ()):
+        named = [arg for arg in argv[at + 1 :] if arg in models]
+        model = named[0] if named else "MODEL"
+        options = " ".join(arg for arg in argv[1:] if arg != model)
+        message += (
+            f" It follows the option {before}: the model's name comes first, options "
+            f"after it, as in `zoo {argv[0]} {model} {options}`."
+        )
+    return message
 
 
 def _fit(args, spec, options) -> int:
@@ -701,6 +805,11 @@ def _print_fit(res, out, as_json: bool) -> None:
 def _compare(args, spec, options) -> int:
     plot = None if args.plot is None else cli_paths.plot_path(args.plot, spec.name)
     data = cli_paths.load_data(args.data, spec, args.seed)
+    test_data = (
+        None
+        if args.test_data is None
+        else cli_paths.load_data(args.test_data, spec, args.seed, "--test-data")
+    )
     algorithms = args.algorithms
     if algorithms is None:  # said here in the shell's words, not as compare's Python warning
         algorithms, left_out = default_algorithms(spec)
@@ -713,30 +822,47 @@ def _compare(args, spec, options) -> int:
         args.backends,
         guides=args.guides,
         seeds=(args.seed,),
+        test_data=test_data,
         num_steps=args.num_steps,
         progress=not args.json,
         on_error=args.on_error,
         **options,
     )
+    status = 0
     try:
         print(table.to_json() if args.json else table.to_markdown())
         sys.stdout.flush()
     finally:  # plotted even if the screen went away (`zoo compare ... --plot f.png | head`)
         if plot is not None:
-            _write_plot(table, *plot)
-    return 0
+            status = _write_plot(table, *plot)
+    return status
 
 
-def _write_plot(table, path: str, fmt: str) -> None:
+def _write_plot(table, path: str, fmt: str) -> int:
+    """Write the plot; returns the exit status. A plot that cannot be drawn is one line, after
+    the printed table: the runs' results are not lost to it."""
     import io
 
     import matplotlib
+    import matplotlib.pyplot as plt
 
     image = io.BytesIO()
-    with matplotlib.rc_context({"savefig.format": fmt}):
-        table.plot(image)
+    try:
+        with matplotlib.rc_context({"savefig.format": fmt}):
+            table.plot(image)
+    # A writer raises what it will (RuntimeError for a missing LaTeX), though the format was
+    # tried before the fits: an environment can change in between.
+    except Exception as err:
+        plt.close("all")  # the figure the failed write left open
+        print(
+            f"zoo: error: cannot write the plot to {path}: {cli_paths.one_line(err)}. The "
+            "table above holds the runs' results.",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
     atomic_write(path, lambda f: f.write(image.getvalue()))
     print(f"zoo: wrote the plot to {path}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

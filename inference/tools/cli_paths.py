@@ -18,49 +18,97 @@ from zoo.files import unwritable_reason
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-def load_data(path, spec, seed):
-    """``--data``: a .npy array for a model with one data key, a .npz of its keys otherwise;
-    without it, the model's built-in data. Arrays holding Python objects are never unpickled."""
+def load_data(path, spec, seed, flag="--data"):
+    """``--data`` (or ``--test-data``, named by ``flag``): a .npz of the model's data keys, or a
+    .npy array for the one array the model takes on its own (its only key, or the one key
+    its other, optional, keys may be left out beside); without a path,
+    the model's built-in data. Which keys may be left out is the model's own validation's call
+    (``spec.validate_data``). Arrays holding Python objects are never unpickled."""
     if path is None:
         if spec.make_data is None:
-            raise ValueError(f"Model {spec.name!r} has no built-in data; pass --data.")
+            raise ValueError(f"Model {spec.name!r} has no built-in data; pass {flag}.")
         return spec.make_data(np.random.default_rng(seed))
     if not os.path.exists(path):
-        raise ValueError(f"argument --data: no such file {path!r}.")
+        raise ValueError(f"argument {flag}: no such file {path!r}.")
     if os.path.isdir(path):
-        raise ValueError(f"argument --data: {path!r} is a directory, not a data file.")
+        raise ValueError(f"argument {flag}: {path!r} is a directory, not a data file.")
     if not os.path.isfile(path):  # opening a FIFO would wait for a writer, forever
         raise ValueError(
-            f"argument --data: {path!r} is not a regular file (a FIFO, device or socket)."
+            f"argument {flag}: {path!r} is not a regular file (a FIFO, device or socket)."
         )
     keys = sorted(spec.data)
     extension = os.path.splitext(path)[1].lower()  # X.NPY as x.npy
-    if extension == ".npy" and len(keys) == 1:
-        data = {keys[0]: _read_npy(path)}
+    if extension == ".npy":
+        array = _read_npy(path, flag)
+        data = {_npy_key(spec, array, path, flag): array}
     elif extension == ".npz":
-        data = _read_npz(path)
+        data = _read_npz(path, flag)
     else:
         raise ValueError(
-            f"argument --data: for model {spec.name!r}, give a .npz file holding the arrays "
-            f"{keys}"
-            + (f" or a .npy array for {keys[0]!r}" if len(keys) == 1 else "")
+            f"argument {flag}: for model {spec.name!r}, give a .npz file holding the arrays "
+            + (
+                f"{keys} or a .npy array for {keys[0]!r}"
+                if len(keys) == 1
+                else f"by name (from {keys}), or a .npy array of the one it takes on its own"
+            )
             + f"; got {path!r}."
         )
     missing, extra = sorted(set(keys) - set(data)), sorted(set(data) - set(keys))
-    if missing or extra:
+    if extra:
         raise ValueError(
-            f"argument --data: {path!r} holds the arrays {sorted(data)}; model {spec.name!r} "
+            f"argument {flag}: {path!r} holds the arrays {sorted(data)}; model {spec.name!r} "
             f"takes {keys} (missing {missing}, unexpected {extra})."
         )
-    for key in keys:
+    for key in sorted(data):
         want = spec.data[key].ndim
         if data[key].ndim != want:
             doc = f" ({spec.data[key].doc})" if spec.data[key].doc else ""
             raise ValueError(
-                f"argument --data: the array {key!r} in {path!r} has shape {data[key].shape}; "
+                f"argument {flag}: the array {key!r} in {path!r} has shape {data[key].shape}; "
                 f"model {spec.name!r} takes {want} dimensions{doc}."
             )
+    if missing:  # optional keys may be left out: the model's validation says which
+        refusal = _refusal(spec, data)
+        if refusal is not None:
+            raise ValueError(
+                f"argument {flag}: model {spec.name!r} does not take the arrays "
+                f"{sorted(data)} of {path!r} as its data: {refusal}"
+            )
     return data
+
+
+def _refusal(spec, data) -> str | None:
+    """Why the model's own validation refuses ``data``, or None if it takes them."""
+    try:
+        spec.validate_data(data)
+    except (ValueError, TypeError) as err:
+        return str(err)
+    return None
+
+
+def _npy_key(spec, array: np.ndarray, path: str, flag: str) -> str:
+    """The data key a .npy ``array`` stands for: the model's only key, or else the one key the
+    model's validation takes on its own with this array (the others being optional)."""
+    keys = sorted(spec.data)
+    if len(keys) == 1:
+        return keys[0]  # its shape is checked as a .npz member's is
+    alone = [key for key in keys if _refusal(spec, {key: array}) is None]
+    if len(alone) == 1:
+        return alone[0]
+    described = ", ".join(
+        f"{key!r} ({spec.data[key].doc})" if spec.data[key].doc else repr(key) for key in keys
+    )
+    same_rank = [key for key in keys if spec.data[key].ndim == array.ndim]
+    reason = (
+        f" As {same_rank[0]!r}: {_refusal(spec, {same_rank[0]: array})}"
+        if len(same_rank) == 1 and not alone
+        else ""
+    )
+    raise ValueError(
+        f"argument {flag}: model {spec.name!r} takes the arrays {described}, and the .npy "
+        f"array {path!r} (shape {array.shape}) is not its data on its own; give a .npz file "
+        f"holding the arrays by name.{reason}"
+    )
 
 
 def _unpickled(message: str) -> str:
@@ -70,7 +118,7 @@ def _unpickled(message: str) -> str:
     return message
 
 
-def _read_npy(path: str) -> np.ndarray:
+def _read_npy(path: str, flag: str = "--data") -> np.ndarray:
     try:
         with open(path, "rb") as f:
             if f.read(len(_NPY_MAGIC)) == _NPY_MAGIC:
@@ -80,17 +128,17 @@ def _read_npy(path: str) -> np.ndarray:
                 return np.load(f, allow_pickle=False)
     except (ValueError, EOFError) as err:
         raise ValueError(
-            f"argument --data: {path!r} is not a readable .npy array: {_unpickled(str(err))}."
+            f"argument {flag}: {path!r} is not a readable .npy array: {_unpickled(str(err))}."
         ) from None
     except OSError as err:
-        raise ValueError(f"argument --data: cannot read {path!r}: {err.strerror}.") from None
+        raise ValueError(f"argument {flag}: cannot read {path!r}: {err.strerror}.") from None
     raise ValueError(
-        f"argument --data: {path!r} is not a .npy array (it does not start with the header "
+        f"argument {flag}: {path!r} is not a .npy array (it does not start with the header "
         "numpy.save writes)."
     )
 
 
-def _read_npz(path: str) -> dict[str, np.ndarray]:
+def _read_npz(path: str, flag: str = "--data") -> dict[str, np.ndarray]:
     data = None
     try:
         with open(path, "rb") as f:
@@ -103,19 +151,19 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     # zlib.error: a compressed member whose bytes were damaged.
     except (ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
         raise ValueError(
-            f"argument --data: {path!r} is not a readable .npz archive: {_unpickled(str(err))}."
+            f"argument {flag}: {path!r} is not a readable .npz archive: {_unpickled(str(err))}."
         ) from None
     except OSError as err:
-        raise ValueError(f"argument --data: cannot read {path!r}: {err.strerror}.") from None
+        raise ValueError(f"argument {flag}: cannot read {path!r}: {err.strerror}.") from None
     if data is None:
         raise ValueError(
-            f"argument --data: {path!r} is not a .npz archive (not a zip file, as numpy.savez "
+            f"argument {flag}: {path!r} is not a .npz archive (not a zip file, as numpy.savez "
             "writes)."
         )
     strays = [key for key, value in data.items() if not isinstance(value, np.ndarray)]
     if strays:  # numpy reads a member that is not a .npy array as its bytes
         raise ValueError(
-            f"argument --data: {path!r} is not a readable .npz archive: its members {strays} "
+            f"argument {flag}: {path!r} is not a readable .npz archive: its members {strays} "
             "are not .npy arrays."
         )
     return data
@@ -216,7 +264,8 @@ def save_path(path: str, inputs=(), checkpoint=None) -> str:
 def plot_path(path: str, model: str) -> tuple[str, str]:
     """``--plot``: ``(the file, its format)``. An existing directory gets ``MODEL-compare.png``
     in it; a name without an extension is written as PNG under that very name. (An image's
-    extension is never a data file's, so it cannot name ``--data``.)"""
+    extension is never a data file's, so it cannot name ``--data``.) A format matplotlib lists
+    but cannot write here (PGF without a LaTeX program) is refused now, not after the fits."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     if not path:
@@ -232,5 +281,39 @@ def plot_path(path: str, model: str) -> tuple[str, str]:
             f"argument --plot: cannot write a '.{extension}' plot; give a file ending in one of "
             f"{', '.join('.' + f for f in sorted(formats))} (got {path!r})."
         )
+    fmt = extension or "png"
+    reason = unwritable_format_reason(fmt)
+    if reason:
+        raise ValueError(
+            f"argument --plot: cannot write a '.{fmt}' plot here: {reason}. Give a file ending "
+            f"in another format, such as .png, .pdf or .svg (got {path!r})."
+        )
     check_new_file("--plot", path)
-    return path, extension or "png"
+    return path, fmt
+
+
+def unwritable_format_reason(fmt: str) -> str | None:
+    """Why matplotlib cannot write a figure in format ``fmt`` on this machine (PGF needs a
+    LaTeX program, and a format may need another external one), or None: a tiny figure is
+    written to memory in that format, which costs milliseconds and tries the very writer the
+    plot will use."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(1, 1))
+    axes = figure.add_subplot()
+    axes.plot([0, 1], [0, 1], label="a")
+    axes.set_title("a")
+    try:
+        figure.savefig(io.BytesIO(), format=fmt)
+    # Each writer raises what it will: RuntimeError for a missing LaTeX, OSError for a missing
+    # program, ValueError for a setting it refuses.
+    except Exception as err:
+        return one_line(err)
+    return None
+
+
+def one_line(err: BaseException) -> str:
+    """An exception's message on one line, without a trailing full stop."""
+    return " ".join(str(err).split()).rstrip(".") or type(err).__name__
