@@ -1,7 +1,9 @@
 """Minibatch indices for SVI: epoch-wise shuffling that a step number alone reproduces.
 
-Every epoch visits each data point once, in an order drawn from ``(seed, epoch)``; the last
-incomplete batch of an epoch is dropped so every step sees ``batch_size`` rows. Because the order
+Every epoch visits each data point at most once, in an order drawn from ``(seed, epoch)``; the
+last incomplete batch of an epoch is dropped so every step sees ``batch_size`` rows (the
+``N % batch_size`` points it would have held are others in each epoch, so every point is seen
+over the epochs). Because the order
 is a function of the step number, a resumed run draws the same batches as an uninterrupted one
 with nothing extra to checkpoint.
 """

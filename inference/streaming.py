@@ -3,7 +3,7 @@
 ``fit`` takes, besides a dict of in-memory arrays,
 
 * a dict whose arrays are memory-mapped (``np.load(path, mmap_mode="r")`` or ``np.memmap``): each
-  step gathers its rows (``inference.minibatch.PermutedBatches``: every row once per epoch, in an
+  step gathers its rows (``inference.minibatch.PermutedBatches``: every row at most once per epoch, in an
   order computed from ``(seed, epoch)`` row by row, so a resumed run draws the same batches and
   no (N,) permutation is held) and only those rows are read and sent to the device. Pages of a
   mapping that a process touches count towards its resident memory (on this machine's kernel a
@@ -152,9 +152,15 @@ def _checked(spec, batch, step: int, row_ids, config=None) -> dict[str, np.ndarr
         out = spec.validate_data(batch, row_ids=row_ids)
         if config is not None:
             spec.check_bounds(out, config, row_ids=row_ids)
-        return out
     except (TypeError, ValueError) as err:
         raise DataError(f"The minibatch of step {step + 1} is not valid: {err}") from err
+    lengths = {key: len(value) for key, value in out.items()}
+    if len(set(lengths.values())) > 1:  # row i of every array is data point i
+        raise DataError(
+            f"The minibatch of step {step + 1} holds arrays of different numbers of rows "
+            f"{lengths}; each data point is one row of every array."
+        )
+    return out
 
 
 def _file_rows(value):

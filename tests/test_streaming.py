@@ -255,3 +255,22 @@ def test_a_stream_resumed_with_more_steps_is_the_longer_run(tmp_path, gmm_data, 
     np.testing.assert_array_equal(more.history["objective"], whole.history["objective"])
     for k in whole.raw_params:
         np.testing.assert_array_equal(more.raw_params[k], whole.raw_params[k])
+
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_a_minibatch_whose_arrays_disagree_in_rows_names_the_step(tmp_path, backend):
+    """Images and labels of a later minibatch in different numbers: a DataError naming the
+    step, with the steps before it checkpointed (NumPyro's shape error lost them)."""
+    import zoo
+
+    spec = zoo.get_model("bam_classifier")
+    data = spec.make_data(np.random.default_rng(0), 120)
+    batches = [{"x": data["x"][i : i + 40], "y": data["y"][i : i + 40]} for i in (0, 40, 80)]
+    batches[2]["y"] = batches[2]["y"][:-1]
+    path = tmp_path / "run.zoo"
+    with pytest.raises(DataError, match=r"minibatch of step 3 .*different numbers of rows"):
+        inference.fit(
+            "bam_classifier", iter(batches), "svi", backend, num_data=120, num_steps=3, tol=0,
+            progress=False, checkpoint=path, **spec.example_options,
+        )  # fmt: skip
+    assert load_checkpoint(path)[0]["step"] == 2

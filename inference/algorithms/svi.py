@@ -18,8 +18,8 @@ one update from the same responsibilities as CAVI and EM, so runs compare fairly
 start from their own seeded initialisation, or from ``init``, a dict of parameter arrays (e.g.
 another fit's ``raw_params``).
 
-With ``batch_size`` each step sees a minibatch (``inference.minibatch``: every point once per
-epoch) and the model's data plate scales its log-density by ``num_data / batch_size``, so the
+With ``batch_size`` each step sees a minibatch (``inference.minibatch``: every point at most once
+per epoch) and the model's data plate scales its log-density by ``num_data / batch_size``, so the
 objective is an unbiased estimate of the full-data ELBO. Data not held in memory come from a
 ``source`` (``inference.streaming``) one minibatch per step, sent to the device as it comes.
 
@@ -93,7 +93,7 @@ class SVIOptions:
         error.
     batch_size : int, optional
         The minibatch size, in ``[1, N]`` (default: full batch). Each epoch visits every point
-        once (the last incomplete batch is dropped) and the data plate scales the log-density
+        at most once (the last incomplete batch is dropped) and the data plate scales the log-density
         by ``num_data / batch_size``. Needed for memory-mapped arrays; a stream of minibatches
         gives its own, and ``batch_size`` is then an error.
     elbo : {"trace", "meanfield", "iwae"}
