@@ -280,11 +280,12 @@ def fit(
         100; the last step, an interrupt and an early stop are always checkpointed); with
         ``resume=True`` continue from it (if the file exists) to the same result as an
         uninterrupted run; a run that converged or stopped early comes back as it ended. A
-        larger ``num_steps`` on resume extends the run, unless the run depends on ``num_steps``
-        (a temperature annealed over it, a stream): then the checkpoint is refused, as is a
-        checkpoint of another model, data set, seed, option, starting values (``init`` arrays
-        are compared by value), validation set-up (validation data added, removed or changed)
-        or data-parallel group size.
+        larger ``num_steps`` on resume extends the run (minibatches, from memory, a file or a
+        stream, are drawn by step), unless the run depends on ``num_steps`` (a temperature
+        annealed over it): then the checkpoint is refused, as is a checkpoint of another model,
+        data set, seed, option, starting values (``init`` arrays are compared by value),
+        validation set-up (validation data added, removed or changed) or data-parallel group
+        size.
     num_data : int, optional
         With a stream of minibatches: the size of the full data set (scales the data plate).
     callback : callable(step, state, info), optional

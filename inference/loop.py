@@ -678,7 +678,8 @@ class _Run:
 
     def call_back(self, callback, step: int, info) -> None:
         """``callback(step + 1, state, info)``; a callback that raises to stop the run has the
-        step it saw checkpointed first, so resume=True continues from it."""
+        step it saw checkpointed first, so resume=True continues from it (one that calls
+        ``sys.exit()`` or is interrupted, by the loop's handler of interrupts)."""
         try:
             callback(step + 1, self.state, info)
         except Exception:
@@ -739,12 +740,12 @@ def run(
     (``inference.validation``) stops early. Returns ``(state, history, converged)``.
 
     ``callback(step, state, info)`` runs after each step (raise to stop; the step is
-    checkpointed first). ``checkpointing``
-    (:class:`Checkpointing`) says where the run is checkpointed and whether it resumes. On an
-    interrupt between steps (a Ctrl-C that stops a step half way leaves the checkpoint of an
-    earlier step), a bad minibatch (``inference.streaming.DataError``) or a failed step
-    (``OSError``, ``RuntimeError``: e.g. a lost ``torch.distributed`` peer) the last completed
-    step is checkpointed (when a path is given) before the exception propagates. A
+    checkpointed first, ``sys.exit()`` included). ``checkpointing`` (:class:`Checkpointing`)
+    says where the run is checkpointed and whether it resumes. On an interrupt between steps (a
+    Ctrl-C or ``SystemExit``; one that stops a step half way leaves the checkpoint of an earlier
+    step), a bad minibatch (``inference.streaming.DataError``) or a failed step (``OSError``,
+    ``RuntimeError``: e.g. a lost ``torch.distributed`` peer) the last completed step is
+    checkpointed (when a path is given) before the exception propagates. A
     :class:`NonFiniteObjectiveError` holds the result that ``results``
     (``inference.api.ResultMaker``, or anything called as one and with an ``advice``) makes of
     the last good state, and says what ``results.advice`` tells to try.
@@ -765,9 +766,11 @@ def run(
                     raise KeyboardInterrupt
                 if this.stopped:
                     break
-    except KeyboardInterrupt:
-        # A second Ctrl-C stops a step half way: a Pyro step updates its parameters in place,
-        # so they may be half a step on. The checkpoint on disk (the last written) stays whole.
+    except (KeyboardInterrupt, SystemExit):
+        # A second Ctrl-C, or a SystemExit raised inside a step, stops a step half way: a Pyro
+        # step updates its parameters in place, so they may be half a step on. The checkpoint
+        # on disk (the last written) stays whole. A sys.exit() between steps (a callback's) is
+        # an interrupt too: the steps it stops after are kept.
         if not this.in_step:
             this.save()
         raise

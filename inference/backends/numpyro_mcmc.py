@@ -137,8 +137,12 @@ class NUTSEngine:
         numpy arrays of shape (chains, length, ...)."""
         if self.vectorized:
             states, (sites, stats) = self._chunk(states, length)
+            # Contiguous, as the records read back from a checkpoint are: a sum over a view
+            # of swapped axes adds in another order, and a resumed run's means would differ
+            # from the uninterrupted run's in the last bit.
             records = jax.tree.map(
-                lambda a: np.swapaxes(np.asarray(a)[:length], 0, 1), (sites, stats)
+                lambda a: np.ascontiguousarray(np.swapaxes(np.asarray(a)[:length], 0, 1)),
+                (sites, stats),
             )
         else:
             out = [self._chunk(state, length) for state in states]

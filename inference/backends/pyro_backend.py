@@ -28,6 +28,7 @@ from inference.backends.pyro_traced import TracedGraphs
 from inference.backends.sites import data_plate_log_prob
 from inference.backends.svi_setup import SVISetup, start_outside_support
 from inference.backends.torch_compiled import CompiledUpdate
+from inference.persistence import state_tree
 from zoo import devices
 from zoo.array_namespace import TorchOps, convert_config
 from zoo.weights import canonical_name
@@ -298,7 +299,8 @@ class SVIEngine:
         state = {
             "params": {name: store._params[name] for name in store.keys()},
             "optim": self.optim.state_dict(),
-            "rng": self.rng_state,
+            # Marked as streams by device: a checkpoint may move between the CPU and a GPU.
+            "rng": state_tree.DeviceStreams(self.rng_state),
             "updates": self.updates,
         }
         if self.average is not None:

@@ -78,6 +78,7 @@ def check_path(path, *, resume: bool) -> str:
         try:
             header = read_header(path)
         except CheckpointError:
+            _refuse_damaged(path)
             header = {}
         kind = header.get("kind")
         if kind != "checkpoint":
@@ -91,6 +92,29 @@ def check_path(path, *, resume: bool) -> str:
         _refuse_if_held(path)
         _warn_of_replacing(path, header)
     return path
+
+
+#: How every file this project writes (``checkpoint.save``) begins: a zip member's local header
+#: (30 bytes, its signature first) for its first member, the zoo's JSON header.
+_ZIP_MEMBER, _LOCAL_HEADER_SIZE, _HEADER_MEMBER = b"PK\x03\x04", 30, b"__header__.npy"
+
+
+def _refuse_damaged(path: str) -> None:
+    """Refuse, as damaged, an unreadable file at ``path`` that begins as every file of this
+    project does; return for any other file. A file cut short (a copy or a disk that failed)
+    has lost the zip's directory, which is at its end, but not its first member's name."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(_LOCAL_HEADER_SIZE + len(_HEADER_MEMBER))
+    except OSError:
+        return
+    if not (start.startswith(_ZIP_MEMBER) and start[_LOCAL_HEADER_SIZE:] == _HEADER_MEMBER):
+        return
+    raise CheckpointError(
+        f"checkpoint={path!r} is an existing file that looks like a damaged checkpoint or saved "
+        "fit of this project (corrupt or truncated: it cannot be read, nor resumed from); it is "
+        "not overwritten. Delete it, or name another file."
+    )
 
 
 def _warn_of_replacing(path: str, header: dict) -> None:

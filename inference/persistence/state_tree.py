@@ -24,6 +24,16 @@ from inference.persistence.checkpoint import CheckpointError
 FIELDS = "fields"
 
 
+class DeviceStreams(dict):
+    """A state's random streams by device: the host's (``"cpu"``), and on a GPU that device's
+    too. A checkpoint may move between the CPU and a GPU, so a device's stream is the one part
+    of a state that a checkpoint may lack (the run keeps the stream it seeded from its seed) or
+    hold beyond this run's (a GPU's stream, of no use on the CPU); the host's is required."""
+
+    #: The stream every run holds, wherever it runs.
+    HOST = "cpu"
+
+
 def is_value(state) -> bool:
     """Whether ``state`` names the fields a checkpoint holds (``saved_fields``)."""
     return isinstance(getattr(type(state), "saved_fields", None), tuple)
@@ -66,7 +76,7 @@ def read(skeleton, arrays: dict, fresh) -> dict:
         }
     else:
         tree = older_states.read(skeleton, arrays, saved_part(fresh))
-    return _integers_as(tree, saved_part(fresh))
+    return _streams_of_this_device(_integers_as(tree, saved_part(fresh)), saved_part(fresh))
 
 
 def _integers_as(saved, fresh):
@@ -92,6 +102,30 @@ def _integers_as(saved, fresh):
     return narrowed if np.array_equal(narrowed, saved) else saved
 
 
+def _streams_of_this_device(saved, fresh):
+    """``saved`` with the random streams of the devices ``fresh`` runs on: a device's stream the
+    checkpoint lacks (written on the CPU, resumed on a GPU) is the one ``fresh`` seeded from the
+    run's seed, and one ``fresh`` has no device for (written on a GPU) is left out. Everything
+    else stays as saved, for :func:`check` to compare with ``fresh``."""
+    if isinstance(fresh, DeviceStreams) and isinstance(saved, dict):
+        kept = {k: v for k, v in saved.items() if k in fresh or k == DeviceStreams.HOST}
+        seeded = {
+            k: tree_codec.as_numpy(v)
+            for k, v in fresh.items()
+            if k not in saved and k != DeviceStreams.HOST
+        }
+        return {**kept, **seeded}
+    if isinstance(saved, dict):
+        like = fresh if isinstance(fresh, dict) else {}
+        return {k: _streams_of_this_device(v, like.get(k)) for k, v in saved.items()}
+    if isinstance(saved, list | tuple):
+        like = fresh if isinstance(fresh, list | tuple) and len(fresh) == len(saved) else ()
+        return type(saved)(
+            _streams_of_this_device(v, like[i] if like else None) for i, v in enumerate(saved)
+        )
+    return saved
+
+
 def _places(tree, place: str, out: dict, empty: set, values: dict) -> None:
     """The arrays of ``tree`` by their place (fields by name, dict keys and sequence items in
     brackets) into ``out``, its plain values but None (a count, a flag) into ``values``, and the
@@ -115,8 +149,9 @@ def _places(tree, place: str, out: dict, empty: set, values: dict) -> None:
 def check(path, fresh, tree: dict, step: int | None = None) -> None:
     """Every array of this run's state is in the checkpoint with its dtype and shape, and the
     checkpoint holds no array this run's state has no place for (outside a part that grows), so
-    that a damaged or foreign file is refused here, not steps later far from the cause. Each
-    plain value of the state (a count, a flag) is there too, of its type; a field named
+    that a damaged or foreign file is refused here, not steps later far from the cause (a
+    device's random stream, :class:`DeviceStreams`, is matched to this run's by :func:`read`).
+    Each plain value of the state (a count, a flag) is there too, of its type; a field named
     ``step`` counts the run's steps, and is the checkpoint's ``step`` when one is given."""
     expected, empty, values = {}, set(), {}
     _places(saved_part(fresh), "", expected, empty, values)
