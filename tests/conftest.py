@@ -176,3 +176,16 @@ def no_fit(monkeypatch):
 
     monkeypatch.setattr(cli, "fit", started)
     monkeypatch.setattr(cli, "compare", started)
+
+
+@pytest.fixture(scope="module")
+def iwae_vae_comparison():
+    """A tiny comparison of one VAE run trained with elbo="iwae": ``(data, table)``."""
+    import inference
+
+    data = zoo.get_model("vae").make_data(np.random.default_rng(0), 10)
+    table = inference.compare(
+        "vae", data, ["svi"], ["pyro"], elbo="iwae", num_particles=2, num_steps=3, tol=0,
+        num_samples=5, latent_dim=2, hidden=(8,), progress=False,
+    )  # fmt: skip
+    return data, table

@@ -285,7 +285,7 @@ def test_an_importance_weighted_history_tells_no_time_to_target():
     assert np.isnan(iwae)
 
 
-def test_an_importance_weighted_run_is_shown_with_its_own_objective():
+def test_an_importance_weighted_run_is_shown_with_its_own_objective(iwae_vae_comparison):
     """A run trained with elbo="iwae": no time to target in the table, and its curve labelled
     by the bound it ascended, not as the table's ELBO."""
     import matplotlib
@@ -293,11 +293,7 @@ def test_an_importance_weighted_run_is_shown_with_its_own_objective():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = zoo.get_model("vae").make_data(np.random.default_rng(0), 10)
-    table = inference.compare(
-        "vae", data, ["svi"], ["pyro"], elbo="iwae", num_particles=2, num_steps=3, tol=0,
-        num_samples=5, latent_dim=2, hidden=(8,), progress=False,
-    )  # fmt: skip
+    _, table = iwae_vae_comparison
     (row,), (res,) = table.rows, table.results
     assert row["objective"] == "ELBO" and np.isfinite(row["objective_per_point"])
     assert np.isnan(row["time_to_target_s"])
