@@ -68,7 +68,10 @@ def test_a_running_log_sum_exp_equals_one_over_all_chunks(sizes):
 def test_an_ordinary_call_is_one_draw_as_before(cavi, x):
     ll = cavi.pointwise_log_likelihood(x[:7], num_samples=200, seed=4)
     expected = logsumexp(ll, axis=0) - np.log(200)
-    np.testing.assert_array_equal(cavi.log_marginal_likelihood(x[:7], 200, seed=4), expected)
+    # The same draws: equal to rounding (scipy's log-sum-exp may sum in another order), where
+    # draws seeded otherwise would differ in the second decimal.
+    got = cavi.log_marginal_likelihood(x[:7], 200, seed=4)
+    np.testing.assert_allclose(got, expected, rtol=1e-14)
 
 
 @pytest.mark.parametrize("per_chunk", [1, 7])
