@@ -20,7 +20,7 @@ from inference.backends import get_backend
 from inference.evaluation import check_num_samples, check_seed
 from inference.loop import first_line, labelled_bar
 from inference.minibatch import check_batch_size
-from inference.persistence.checkpoint_header import config_arrays, config_summary
+from inference.persistence.checkpoint_header import config_summary, differences
 from inference.registry import algorithm_source, every_option_name, get_algorithm, list_algorithms
 from inference.result import data_fingerprint
 from zoo import get_model
@@ -999,20 +999,9 @@ def _check_reference_config(reference, config) -> None:
     posterior of another model, whose draws the runs' cannot be measured against. Fields
     computed from the data alone (``zoo.spec.FROM_DATA``) are left to the data's check, as a
     checkpoint leaves them (a fit saved before such a field was added lacks it)."""
-    theirs, ours = config_arrays(reference.config), config_arrays(config)
-    differing = [
-        name
-        for name in ours
-        if name not in theirs
-        or np.shape(theirs[name]) != np.shape(ours[name])
-        or not np.array_equal(theirs[name], ours[name])
-    ]
-    if differing:
-        there, here = config_summary(reference.config), config_summary(config)
-        what = "; ".join(
-            f"{name}: {there.get(name)!r} in the reference, {here[name]!r} here"
-            for name in differing
-        )
+    there, here = config_summary(reference.config), config_summary(config)
+    if there != here:  # arrays by a digest of their values
+        what = differences(there, here, where="in the reference")
         raise ValueError(
             f"The reference's model config differs from this comparison's ({what}): it was "
             "fitted with other model options, or to other data where the model derives its "

@@ -303,14 +303,6 @@ def first_line(err: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _differences(saved, current) -> str:
-    """What differs between two recorded values, naming the keys of dicts."""
-    if isinstance(saved, dict) and isinstance(current, dict):
-        keys = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))
-        return ", ".join(f"{k}: {saved.get(k)!r} there, {current.get(k)!r} here" for k in keys)
-    return f"{saved!r} there, {current!r} here"
-
-
 def _saves_itself(alg, state) -> bool:
     """Whether an algorithm saves and loads its states through hooks of its own (a plugin's
     ``save_state`` and ``load_state``, or the older contract's ``state_dict``), rather than
@@ -484,7 +476,7 @@ def restore(path, header, alg, state, validation=None, stream=None):
             raise checkpoint.CheckpointError(
                 f"Checkpoint {path!r} was written by another run; its {what} "
                 f"{'do' if what == 'options' else 'does'} not match this run's: "
-                f"{_differences(there, here)}."
+                f"{checkpoint_header.differences(there, here)}."
             )
     history = {
         k[len("history/") :]: arrays.pop(k).tolist()

@@ -47,6 +47,15 @@ def config_summary(config) -> dict:
     return summary
 
 
+def differences(saved, current, where: str = "there") -> str:
+    """What differs between two recorded values (a refused resume's or reference's message),
+    naming the keys of dicts: ``K: 3 there, 4 here``, with ``where`` for "there"."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        keys = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))
+        return ", ".join(f"{k}: {saved.get(k)!r} {where}, {current.get(k)!r} here" for k in keys)
+    return f"{saved!r} {where}, {current!r} here"
+
+
 def fingerprint(data) -> str:
     """A 16-hex-digit digest of a dict of arrays: their names, shapes and bytes."""
     digest = hashlib.sha256()
