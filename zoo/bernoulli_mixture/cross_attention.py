@@ -91,12 +91,7 @@ class CrossAttentionCompleter:
         Returns ``self``; ``history`` holds the mean objective (nats per image) of each epoch.
         """
         torch = self.torch
-        x = np.asarray(x)
-        if x.ndim != 2 or x.shape[1] != len(self.observed) + len(self.missing):
-            raise ValueError(
-                f"expected x of shape (N, {len(self.observed) + len(self.missing)}); got {x.shape}."
-            )
-        x = as_binary(x, "x")
+        x = self._checked_images(x)
         rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         params = {
@@ -127,9 +122,19 @@ class CrossAttentionCompleter:
         self.params = {k: v.detach() for k, v in params.items()}
         return self
 
+    def _checked_images(self, x) -> np.ndarray:
+        """``x`` as binary images (N, D) of this layer's width, or a ValueError saying why not:
+        the scores are log-probabilities of 0/1 pixels, meaningless for grey levels."""
+        x = np.asarray(x)
+        width = len(self.observed) + len(self.missing)
+        if x.ndim != 2 or x.shape[1] != width:
+            raise ValueError(f"expected x of shape (N, {width}); got {x.shape}.")
+        return as_binary(x, "x")
+
     def _check_fitted(self, x):
         if self.params is None:
             raise RuntimeError("call fit() first.")
+        x = self._checked_images(x)
         return self.torch.as_tensor(for_torch(x), dtype=self.torch.float32, device=self.device)
 
     def log_prob_missing(self, x, chunk: int = 2000) -> np.ndarray:
