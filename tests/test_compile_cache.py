@@ -416,6 +416,37 @@ def test_a_kept_function_that_cannot_run_here_falls_back_to_tracing(monkeypatch,
         np.testing.assert_array_equal(fresh(*args), [1.0, 3.0, 5.0])
 
 
+def test_a_fifo_in_the_cache_is_traced_past_not_waited_on(monkeypatch, tmp_path):
+    """A named pipe where a kept function's file should be: reading it would wait forever for
+    a writer, so it counts as no file: the function is traced, and not kept (a file of
+    results never replaces a FIFO), with the one warning that says so."""
+    import os
+    import threading
+
+    from inference.backends import exported
+
+    monkeypatch.setenv("ZOO_JAX_CACHE", str(tmp_path))
+    args = (jnp.arange(3.0),)
+    fn = exported.PersistentFunction(lambda x: 2 * x + 1, "update", "key", jax.devices()[0])
+    path = exported.file_for("update", "key", args, fn.platform, tmp_path / "exported")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    out = []
+    call = threading.Thread(target=lambda: out.append(fn(*args)), daemon=True)
+    with warnings.catch_warnings(record=True) as caught:  # the filters are the process's
+        warnings.simplefilter("always")
+        call.start()
+        call.join(timeout=60)
+    if call.is_alive():  # old behaviour: blocked in the read; a writer's open releases it
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        call.join(timeout=10)
+        pytest.fail("the call waited on the FIFO")
+    np.testing.assert_array_equal(out[0], [1.0, 3.0, 5.0])
+    assert [str(w.message).split(" (")[0] for w in caught] == [
+        f"Could not keep a compiled function in {path.parent}"
+    ]
+
+
 def test_a_genuine_error_of_the_function_is_raised(monkeypatch, tmp_path):
     from inference.backends import exported
 

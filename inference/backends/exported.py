@@ -125,6 +125,8 @@ def file_for(name: str, key: str, args, platform: str, folder: Path) -> Path:
 
 def read(path: Path):
     """The ``jax.export.Exported`` kept in ``path``; None if there is none or it is damaged."""
+    if not path.is_file():  # missing, or a FIFO (whose read would wait forever) or a folder
+        return None
     try:
         content = path.read_bytes()
     except OSError:
