@@ -247,8 +247,11 @@ def fit(
         ``inference.streaming``.
     algorithm : str
         A registered algorithm (``inference.list_algorithms()``): ``"cavi"``, ``"em"``,
-        ``"svi"``, ``"svi-natural"`` and any installed plugin's.
+        ``"svi"``, ``"svi-natural"``, ``"nuts"`` and any installed plugin's. Default ``"svi"``
+        (the command line's ``zoo fit`` defaults to the model's closed-form updates, ``cavi``
+        or ``em``, where it has them).
     backend : {"pyro", "numpyro"}
+        Default ``"numpyro"``.
     device : str
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     seed : int
