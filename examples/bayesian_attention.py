@@ -48,7 +48,7 @@ from inference.tools.quick_options import QuickDefaults
 from zoo.bayesian_attention import metrics
 from zoo.bayesian_attention.classifier import predict_proba
 from zoo.datasets import load_mnist
-from zoo.files import write_text
+from zoo.files import save_figure, write_text
 
 ATTENTIONS = ("softmax", "weibull", "lognormal")
 CLEAN_METRICS = ("accuracy", "nll", "ece", "entropy")
@@ -307,7 +307,7 @@ def plot_reliability(curves, path, title, num_bins=15):
     axes[0][0].legend(fontsize=7, loc="upper left")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 

@@ -52,7 +52,7 @@ import inference
 from inference.loop import labelled_bar
 from inference.tools.quick_options import QuickDefaults
 from zoo import exchangeable as ex
-from zoo.files import write_text
+from zoo.files import save_figure, write_text
 
 OBJECTIVES = ("elbo", "supervised", "masked")
 
@@ -156,7 +156,7 @@ def plot(lengths, rows, path):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -40,7 +40,7 @@ import zoo
 from inference import accuracy
 from inference.compare import Comparison
 from inference.tools.quick_options import QuickDefaults
-from zoo.files import write_text
+from zoo.files import save_figure, write_text
 
 
 def plot_ellipses(comparison, x, path):
@@ -81,7 +81,7 @@ def plot_ellipses(comparison, x, path):
         ax.set_title(f"{name}: {int((res.params['weights'] >= 0.01).sum())} components")
         ax.set_aspect("equal")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -125,7 +125,7 @@ def plot_marginals(comparison, reference, path, num_components=3):
         ax.set_yticks([])
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -42,6 +42,7 @@ from inference.tools.quick_options import QuickDefaults
 from zoo import bernoulli_mixture as bm
 from zoo.bernoulli_mixture.cross_attention import CrossAttentionCompleter
 from zoo.datasets import load_binarized_mnist
+from zoo.files import save_figure
 
 SIDE = 28
 UPPER = np.arange(SIDE * SIDE) < SIDE * SIDE // 2  # rows 0..13 observed
@@ -129,7 +130,7 @@ def plot_completions(x, completion, params, path, num=10, top=8):
         if c == 0:
             ax.set_ylabel(f"top {top} weights", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 

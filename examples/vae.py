@@ -44,7 +44,7 @@ import inference
 import zoo
 from inference.tools.quick_options import QuickDefaults
 from zoo.datasets import dynamic_binarize, load_binarized_mnist, load_mnist
-from zoo.files import write_text
+from zoo.files import save_figure, write_text
 from zoo.vae import decode, encode
 
 # name: (full default, --quick value); --quick shrinks only the options left out.
@@ -202,7 +202,7 @@ def pictures(res, test, labels, out):
             if j == 0:
                 axes[i, j].set_title(title, fontsize=8, loc="left")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "vae_reconstructions_samples.png"), dpi=110)
+    save_figure(fig, os.path.join(out, "vae_reconstructions_samples.png"), dpi=110)
     plt.close(fig)
     if config.latent_dim == 2 and labels is not None:
         loc, _ = encode(params, config, test)
@@ -211,7 +211,7 @@ def pictures(res, test, labels, out):
         fig.colorbar(points, ax=ax, label="digit")
         ax.set(xlabel="z1", ylabel="z2", title="test digits: encoder means")
         fig.tight_layout()
-        fig.savefig(os.path.join(out, "vae_latent_space.png"), dpi=110)
+        save_figure(fig, os.path.join(out, "vae_latent_space.png"), dpi=110)
         plt.close(fig)
 
 

@@ -24,6 +24,7 @@ from inference.persistence.checkpoint_header import config_summary, differences
 from inference.registry import algorithm_source, every_option_name, get_algorithm, list_algorithms
 from inference.result import data_fingerprint
 from zoo import get_model
+from zoo.files import save_figure
 from zoo.initialization import INIT_METHODS
 from zoo.options import did_you_mean
 
@@ -54,8 +55,9 @@ class Comparison:
         The fit the accuracy columns are measured against: the one given as ``reference=``,
         the comparison's own run of the sampler named, or the sampler's fit that
         :func:`compare` made itself (its diagnostics: ``reference.converged``,
-        ``inference.convergence.draw_problems(reference)``); None without a reference or with
-        ``reference="exact"``.
+        ``inference.convergence.draw_problems(reference)``); None without a reference, with
+        ``reference="exact"``, or where the sampler's fit failed under
+        ``compare(..., on_error="record")``.
     reference_s : float
         Seconds spent on the reference posterior outside the rows: the fit :func:`compare`
         made of it, where no run of the table is that fit, and its draws; 0 without a
@@ -199,7 +201,8 @@ class Comparison:
 
     def plot(self, path, title=None) -> None:
         """Objective per point against wall time (log x-axis), one line per run, written to the
-        file ``path`` (its extension picks the format) or a binary file object.
+        file ``path`` (its extension picks the format; a write that fails or is stopped leaves
+        the file that was there) or a binary file object.
 
         One panel per model; stochastic objectives are smoothed by a trailing mean over 25
         steps, and the first step's one-off cost (JAX compilation) is replaced by a typical
@@ -250,12 +253,17 @@ class Comparison:
 
         models = sorted({r["model"] for r in self.rows})
         fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.5), squeeze=False)
-        for ax, model in zip(axes[0], models, strict=True):
-            self._plot_model(ax, model)
-            ax.set_title(title or f"{model}: objective vs wall time")
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        try:
+            for ax, model in zip(axes[0], models, strict=True):
+                self._plot_model(ax, model)
+                ax.set_title(title or f"{model}: objective vs wall time")
+            fig.tight_layout()
+            if isinstance(path, str | os.PathLike):  # whole or not at all, the previous kept
+                save_figure(fig, path, dpi=120)
+            else:
+                fig.savefig(path, dpi=120)
+        finally:  # a figure whose write failed is not left open
+            plt.close(fig)
 
     def _plot_model(self, ax, model):
         runs = [
@@ -419,7 +427,9 @@ def compare(
         What a run that raises does. ``"raise"`` (the default): its error stops the comparison.
         ``"record"``: a warning names the run and its error, the run's row keeps the error in
         an ``error`` column (its figures NaN, its result None) and the other runs go on, so
-        hours of runs are not lost to one that diverged.
+        hours of runs are not lost to one that diverged. A reference that fails is recorded
+        alike: a warning names it and its error, and the accuracy columns are NaN; the
+        comparison's own run of the sampler named, if it failed, is not fitted again.
     **options
         Options of :func:`fit` passed to every run that takes them: the run options
         (``init``, ``tol``, ``dtype``, ``device``), the algorithms' own options and the
@@ -552,14 +562,15 @@ def compare(
     comparison = Comparison(rows=rows, results=results)
     if reference is not None:
         started = time.perf_counter()
-        comparison.reference = _reference_fit(
-            reference, spec, data, rows, results, backends, options, progress
+        comparison.reference, ref_draws = _reference_posterior(
+            reference, spec, data, rows, results, backends, options, progress, on_error
         )
-        _warn_if_unconverged(comparison.reference)
-        ref_draws = _reference_draws(comparison.reference, spec, data, options)
         comparison.reference_s = time.perf_counter() - started
         for row, res in zip(rows, results, strict=True):
             if res is None:  # a failed run
+                continue
+            if ref_draws is None:  # a reference that failed (on_error="record"): not measured
+                row.update(dict.fromkeys(accuracy.MEASURES, float("nan")))
                 continue
             started = time.perf_counter()
             row.update(_accuracy(res, ref_draws, spec, num_samples, row["seed"]))
@@ -1045,6 +1056,71 @@ def _model_options_of(spec, options) -> dict:
     return {k: v for k, v in options.items() if k in model_options(spec)}
 
 
+def _reference_posterior(
+    reference, spec, data, rows, results, backends, options, progress, on_error
+):
+    """The reference's fit (None for the exact posterior) and its draws.
+
+    Under ``on_error="record"`` a reference that fails, as the comparison's own runs of it did
+    (it is not fitted again, which would take as long and likely fail alike) or as the fit or
+    the draws made here do, is warned about and its draws are None, so that the runs that
+    finished are kept, unmeasured. Under ``"raise"`` its error stops the comparison."""
+    failed_run = _failed_reference_run(reference, spec, rows)
+    if failed_run is not None:  # only under on_error="record" is a failed run kept
+        _warn_reference_failed(
+            f"this comparison's own {reference} run on {failed_run['backend']}, seed "
+            f"{failed_run['seed']}; not fitted again",
+            failed_run["error"],
+        )
+        return None, None
+    fitted = None
+    try:
+        fitted = _reference_fit(reference, spec, data, rows, results, backends, options, progress)
+        draws = _reference_draws(fitted, spec, data, options)
+    except Exception as err:
+        if on_error == "raise":
+            raise
+        _warn_reference_failed(_reference_name(reference, fitted, backends), err)
+        return fitted, None
+    _warn_if_unconverged(fitted)
+    return fitted, draws
+
+
+def _failed_reference_run(reference, spec, rows) -> dict | None:
+    """The row of the comparison's first run of the sampler named as ``reference`` where every
+    such run failed (``on_error="record"``); None where one finished or none ran."""
+    if not isinstance(reference, str):
+        return None
+    own = [row for row in rows if row["algorithm"] == reference and row["model"] == spec.name]
+    if own and all(row.get("error") for row in own):
+        return own[0]
+    return None
+
+
+def _reference_name(reference, fitted, backends) -> str:
+    """The reference in words, for a message: the model's exact posterior, a sampler's fit (on
+    the backend it ran on, or was to run on), or the fit given."""
+    if reference == "exact":
+        return "the exact posterior"
+    if fitted is not None:
+        return f"{fitted.algorithm} on {fitted.backend}"
+    if isinstance(reference, str):
+        return f"{reference} on {backends[0]}"
+    return f"{reference.algorithm} on {reference.backend}"
+
+
+def _warn_reference_failed(name: str, error) -> None:
+    """Warn, from ``compare``'s caller's line, that the reference posterior ``name`` failed
+    with ``error`` (an exception, or a failed run's error line)."""
+    said = _error_line(error) if isinstance(error, BaseException) else error
+    warnings.warn(
+        f"The reference posterior ({name}) failed and is recorded as such; the accuracy "
+        f"columns are NaN ('-' in the table) and the runs that finished are kept: {said}",
+        RuntimeWarning,
+        stacklevel=4,  # compare's caller, through _reference_posterior
+    )
+
+
 def _reference_fit(reference, spec, data, rows, results, backends, options, progress):
     """The fit that gives the reference posterior: the one given, or for a sampler's name the
     comparison's own run of it, else a new one; None for the exact posterior."""
@@ -1073,7 +1149,7 @@ def _warn_if_unconverged(reference) -> None:
             f"{'; '.join(problems)}. Its errors count as every run's: sample it longer "
             "(num_warmup, num_draws) or with more chains, and compare again with it.",
             convergence.ConvergenceWarning,
-            stacklevel=3,
+            stacklevel=4,  # compare's caller, through _reference_posterior
         )
 
 

@@ -1,9 +1,11 @@
 """``compare``'s scoring and reporting where it once misled: an importance-weighted run scored
 by its own bound, a reference whose chains had not converged used without a word, a panel of
-samplers only that could not be drawn, and a reference's time in no column."""
+samplers only that could not be drawn, a reference's time in no column, and a reference that
+failed losing the runs that finished."""
 
 import importlib
 import io
+import json
 import time
 import warnings
 
@@ -115,6 +117,29 @@ def test_a_panel_of_samplers_only_is_drawn_and_says_why_it_has_no_curve():
     assert len(texts) == 1 and "no run of this model has an objective" in texts[0]
 
 
+def test_a_plot_stopped_while_written_keeps_the_previous_one(tmp_path, monkeypatch):
+    """A Ctrl-C while PIL encodes the PNG: written in place, the plot once left those first
+    bytes where the previous plot was."""
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    def stopped_encoding(image, file, filename):
+        file.write(b"\x89PNG\r\n\x1a\n")  # the first bytes out
+        raise KeyboardInterrupt
+
+    path = tmp_path / "curves.png"
+    path.write_bytes(b"the previous plot")
+    row = {"model": "bayesian_gmm", "algorithm": "nuts", "guide": None, "backend": "numpyro",
+           "objective": "ELBO", "objective_per_point": float("nan")}  # fmt: skip
+    open_figures = plt.get_fignums()
+    monkeypatch.setitem(Image.SAVE, "PNG", stopped_encoding)
+    with pytest.raises(KeyboardInterrupt):
+        Comparison(rows=[row], results=[None]).plot(path)
+    assert path.read_bytes() == b"the previous plot"
+    assert [p.name for p in tmp_path.iterdir()] == ["curves.png"]  # and no temporary file left
+    assert plt.get_fignums() == open_figures  # the figure is closed
+
+
 # --- a run that raises -------------------------------------------------------------------------
 
 
@@ -191,3 +216,78 @@ def test_a_fresh_elbo_of_an_enumerated_guide_sums_its_latents_out():
     fresh = svi.fresh_elbo(res, data, num_particles=20)
     assert fresh == svi.enumerated_elbo(res, data, num_particles=20, seed=res.seed)
     assert fresh / 100 == pytest.approx(res.objective / 100, abs=0.5)
+
+
+# --- a reference that raises -------------------------------------------------------------------
+
+
+@pytest.fixture
+def nuts_fails(monkeypatch):
+    """``compare``'s fits as they are, but NUTS's, which cannot start; the calls of NUTS."""
+    compare_module = importlib.import_module("inference.compare")
+    real, calls = compare_module.fit, []
+
+    def fit(model, data, algorithm, *args, **options):
+        if algorithm == "nuts":
+            calls.append(algorithm)
+            raise RuntimeError("Cannot find valid initial parameters | in 100 tries\nadvice")
+        return real(model, data, algorithm, *args, **options)
+
+    monkeypatch.setattr(compare_module, "fit", fit)
+    return calls
+
+
+def _cavi_against_nuts(algorithms, **options):
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 100)
+    return inference.compare(
+        "bayesian_gmm", data, algorithms, ["pyro"], K=2, num_steps={"cavi": 5}, tol=0,
+        num_samples=20, reference="nuts", progress=False, **options,
+    )  # fmt: skip
+
+
+def _assert_kept_unmeasured(table):
+    """The CAVI run that finished is in the table, its accuracy columns NaN (shown as `-`,
+    written as null), as a run measured against no posterior."""
+    cavi = table.rows[0]
+    assert cavi["algorithm"] == "cavi" and np.isfinite(cavi["objective_per_point"])
+    assert table.results[0] is not None and table.reference is None
+    accuracy_columns = [name for name, _ in Comparison.ACCURACY_COLUMNS]
+    assert all(np.isnan(cavi[name]) for name in accuracy_columns)
+    header, _, cavi_line = table.to_markdown().splitlines()[:3]
+    names, cells = ([c.strip() for c in line.strip("|").split("|")] for line in (header, cavi_line))
+    assert all(cells[names.index(name)] == "-" for name in accuracy_columns)
+    assert all(json.loads(table.to_json())[0][name] is None for name in accuracy_columns)
+
+
+def test_a_reference_whose_own_run_failed_is_not_fitted_again(nuts_fails):
+    """reference="nuts" with a NUTS run that failed under on_error="record": NUTS is not
+    fitted again (it would fail alike, after as long), the warning names the reference and its
+    error, and the run that finished is kept; the comparison was once lost to the second fit."""
+    with pytest.warns(RuntimeWarning) as said:
+        table = _cavi_against_nuts(["cavi", "nuts"], on_error="record")
+    assert nuts_fails == ["nuts"]  # the run alone
+    # The run's failure, then the reference's.
+    run_failed, warning = [w for w in said if issubclass(w.category, RuntimeWarning)]
+    assert "nuts pyro seed 0 (2/2) failed and is recorded" in str(run_failed.message)
+    assert "own nuts run on pyro, seed 0; not fitted again" in str(warning.message)
+    assert "RuntimeError: Cannot find valid initial parameters | in 100 tries" in str(
+        warning.message
+    )
+    assert warning.filename == __file__
+    _assert_kept_unmeasured(table)
+    assert table.rows[1]["error"].startswith("RuntimeError: Cannot find valid initial")
+
+
+def test_a_reference_fit_that_fails_is_recorded_when_asked(nuts_fails):
+    """reference="nuts" with no NUTS run: the fit compare makes of it fails, and under
+    on_error="record" the runs that finished are kept, unmeasured, with a warning."""
+    with pytest.warns(RuntimeWarning, match=r"The reference posterior \(nuts on pyro\) failed"):
+        table = _cavi_against_nuts(["cavi"], on_error="record")
+    assert nuts_fails == ["nuts"]
+    _assert_kept_unmeasured(table)
+    assert "error" not in table.rows[0]  # the run itself did not fail
+
+
+def test_a_reference_fit_that_fails_stops_the_comparison_by_default(nuts_fails):
+    with pytest.raises(RuntimeError, match="Cannot find valid initial parameters"):
+        _cavi_against_nuts(["cavi"])

@@ -1,7 +1,8 @@
 """Paths that are not the user's to replace, and paths that would block: a FIFO, a socket or a
 device is never opened for reading nor replaced by a write; a symbolic link is written through to
 its target (the link stays a link); the shell never writes its result over a file it reads.
-Each refusal comes before any work, with the path in the message."""
+Each refusal comes before any work, with the path in the message. A figure is written whole or
+not at all."""
 
 import os
 import signal
@@ -377,3 +378,58 @@ def test_a_second_ctrl_c_in_the_middle_of_a_pyro_step_leaves_a_whole_checkpoint(
     np.testing.assert_array_equal(resumed.history["objective"], whole.history["objective"])
     for name, value in whole.raw_params.items():
         np.testing.assert_array_equal(resumed.raw_params[name], value, err_msg=name)
+
+
+# --- figures: written whole or not at all -----------------------------------------------------
+
+
+def _figure(*artists):
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(2, 2))
+    axes = figure.add_subplot()
+    axes.plot([0, 1], [0, 1], label="a line")
+    axes.set_title("a figure")
+    for artist in artists:
+        axes.add_artist(artist)
+    return figure
+
+
+def _interrupting_artist():
+    """An artist whose drawing is stopped by Ctrl-C, as a figure's rendering may be."""
+    from matplotlib.artist import Artist
+
+    class Interrupting(Artist):
+        def draw(self, renderer):
+            raise KeyboardInterrupt
+
+    return Interrupting()
+
+
+@pytest.mark.parametrize("name", ["curves.png", "curves.svg", "curves.pdf", "curves"])
+def test_a_figure_stopped_while_rendered_keeps_the_file_it_would_replace(tmp_path, name):
+    """A Ctrl-C while the figure is drawn keeps the previous file whole (SVG's and PDF's
+    writers, in place, have opened and begun the file by then) and leaves no temporary."""
+    path = tmp_path / name
+    path.write_bytes(b"the previous figure")
+    with pytest.raises(KeyboardInterrupt):
+        zoo_files.save_figure(_figure(_interrupting_artist()), path, dpi=50)
+    assert path.read_bytes() == b"the previous figure"
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # and no temporary file left
+
+
+def test_a_figure_is_written_as_savefig_writes_it(tmp_path):
+    """The bytes savefig would write, in the format of the file's extension; a name without
+    one is PNG, written under that very name (savefig would add ".png")."""
+    figure = _figure()
+    figure.savefig(tmp_path / "by_savefig.png", dpi=50)
+    png = (tmp_path / "by_savefig.png").read_bytes()
+    zoo_files.save_figure(figure, tmp_path / "curves.png", dpi=50)
+    assert (tmp_path / "curves.png").read_bytes() == png
+    zoo_files.save_figure(figure, tmp_path / "curves", dpi=50)
+    assert (tmp_path / "curves").read_bytes() == png
+    zoo_files.save_figure(figure, tmp_path / "curves.svg")
+    assert (tmp_path / "curves.svg").read_bytes().startswith(b"<?xml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "by_savefig.png", "curves", "curves.png", "curves.svg",
+    ]  # fmt: skip

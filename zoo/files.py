@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import secrets
@@ -160,3 +161,23 @@ def write_text(path, text: str) -> None:
     """``text`` written to ``path`` in UTF-8 by :func:`atomic_write`: a run stopped while it
     writes its results keeps the results file it had, not an empty or half-written one."""
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def save_figure(figure, path, **savefig_kwargs) -> None:
+    """``figure.savefig(path, **savefig_kwargs)`` made whole or not at all: the figure is
+    rendered in memory, then written by :func:`atomic_write`, so that a render that fails or is
+    stopped (Ctrl-C) keeps the figure that was at ``path`` rather than a truncated one.
+
+    The format is the one ``savefig`` picks: ``format=`` if given, else the extension of
+    ``path``, else matplotlib's ``savefig.format`` (PNG), written under ``path`` itself. The
+    folder must exist, as for ``savefig``."""
+    image = io.BytesIO()
+    savefig_kwargs.setdefault("format", _figure_format(path))
+    figure.savefig(image, **savefig_kwargs)
+    atomic_write(path, lambda f: f.write(image.getvalue()), make_parents=False)
+
+
+def _figure_format(path) -> str | None:
+    """The format that the extension of ``path`` names (``"png"`` for ``curves.png``), or None
+    without one: rendered to memory, a figure has no file name to take it from."""
+    return os.path.splitext(os.fspath(path))[1][1:] or None

@@ -48,7 +48,6 @@ from inference.registry import (
 )
 from inference.tools import cli_paths
 from zoo.docstrings import ParameterDoc, parameter_docs, plain
-from zoo.files import atomic_write
 from zoo.options import did_you_mean
 
 #: The exit status of an error in the command's input (argparse's), of an error while it runs,
@@ -839,28 +838,24 @@ def _compare(args, spec, options) -> int:
 
 
 def _write_plot(table, path: str, fmt: str) -> int:
-    """Write the plot; returns the exit status. A plot that cannot be drawn is one line, after
-    the printed table: the runs' results are not lost to it."""
-    import io
-
+    """Write the plot; returns the exit status. A plot that cannot be drawn or written is one
+    line, after the printed table: the runs' results are not lost to it (nor is the file that
+    was at ``path``: the plot is written whole or not at all)."""
     import matplotlib
-    import matplotlib.pyplot as plt
 
-    image = io.BytesIO()
     try:
+        # ``fmt`` for a name without an extension (PNG), whatever matplotlib's settings say.
         with matplotlib.rc_context({"savefig.format": fmt}):
-            table.plot(image)
+            table.plot(path)
     # A writer raises what it will (RuntimeError for a missing LaTeX), though the format was
     # tried before the fits: an environment can change in between.
     except Exception as err:
-        plt.close("all")  # the figure the failed write left open
         print(
             f"zoo: error: cannot write the plot to {path}: {cli_paths.one_line(err)}. The "
             "table above holds the runs' results.",
             file=sys.stderr,
         )
         return EXIT_FAILURE
-    atomic_write(path, lambda f: f.write(image.getvalue()))
     print(f"zoo: wrote the plot to {path}", file=sys.stderr)
     return 0
 
