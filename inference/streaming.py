@@ -267,6 +267,18 @@ class ArraySource:
                     yield key, self._gather(value, rows)
 
 
+def _listed_stream_note(spec, data) -> str:
+    """For data given as a list or tuple, which is read as a stream of minibatches: how to pass
+    data in memory instead (the tuple ``(x,)`` is a stream of one minibatch, not ``x``)."""
+    if not isinstance(data, list | tuple):
+        return ""
+    example = ", ".join(f"{key!r}: np.asarray(...)" for key in sorted(spec.data))
+    return (
+        f" A {type(data).__name__} is read as a stream of minibatches, one per step. For data "
+        f"in memory pass a dict mapping the model's keys to arrays, e.g. {{{example}}}."
+    )
+
+
 class StreamSource:
     """One minibatch per step from an iterable; ``num_data`` scales the data plate."""
 
@@ -275,6 +287,7 @@ class StreamSource:
             raise TypeError(
                 "A stream of minibatches needs num_data= (an int: the size of the full data set, "
                 f"which scales each minibatch); got {type(num_data).__name__}."
+                + _listed_stream_note(spec, stream)
             )
         if num_data < 1:
             raise ValueError(f"num_data must be an int in the range [1, inf); got {num_data}.")
@@ -388,7 +401,7 @@ def make_source(spec, data, *, batch_size, num_data, seed: int, num_steps: int):
     if batch_size is not None:
         raise ValueError(
             "batch_size= is for arrays; a stream's minibatches have the rows it gives. Got "
-            f"batch_size={batch_size}."
+            f"batch_size={batch_size}.{_listed_stream_note(spec, data)}"
         )
     return StreamSource(spec, data, num_data, num_steps)
 

@@ -18,6 +18,7 @@ import types
 
 import numpy as np
 import pytest
+import scipy.sparse
 
 import inference
 import zoo
@@ -236,6 +237,14 @@ BAD_DATA = [
     ("bayesian_gmm", {"x": GMM_X * 1e200}, r"data\['x'\] holds values up to .*rescale"),
     ("bayesian_gmm", {"x": np.c_[GMM_X, np.ones(40)]}, r"column\(s\) \[2\] of data\['x'\]"),
     ("bayesian_gmm", {"x": GMM_X[:2]}, r"data\['x'\] has 2 rows and 2 columns"),
+    # Collinear: their covariance's smallest eigenvalue is rounding error, here above 0.
+    ("bayesian_gmm", {"x": np.c_[GMM_X, GMM_X.sum(axis=1)]}, "are linear combinations of others"),
+    ("bayesian_gmm", {"x": np.repeat(GMM_X[:2], 20, axis=0)}, r"fewer than D \+ 1 distinct rows"),
+    (
+        "bayesian_gmm",
+        {"x": scipy.sparse.csr_matrix(GMM_X)},
+        r"data\['x'\] cannot be read .*csr_matrix .*e\.g\. data\['x'\]\.toarray\(\)",
+    ),
     ("bernoulli_mixture", {"x": BINARY_X * 2}, r"data\['x'\] must be binary"),
     ("vae", {"x": BINARY_X * 0.5}, r"data\['x'\] must hold binary pixels"),
     ("exchangeable_tokens", {"x": TOKENS_X[0]}, r"data\['x'\] must have 3 dimensions"),
@@ -330,6 +339,17 @@ def test_an_array_like_under_its_key_fits_as_its_array():
         fitted = _fit("bayesian_gmm", "cavi", "pyro", data={"x": like})
         for key, value in as_array.raw_params.items():
             np.testing.assert_allclose(fitted.raw_params[key], value, rtol=1e-12)
+
+
+def test_a_list_or_tuple_of_arrays_is_a_stream_and_the_refusal_says_how_to_pass_arrays(no_steps):
+    in_memory = r"is read as a stream of minibatches, .*pass a dict .*\{'x': np.asarray\(...\)\}"
+    for data in ((GMM_X,), [GMM_X]):
+        with pytest.raises(
+            TypeError, match=rf"needs num_data=.* A {type(data).__name__} {in_memory}"
+        ):
+            _fit("bayesian_gmm", "svi", "pyro", data=data)
+        with pytest.raises(ValueError, match=rf"batch_size= is for arrays.*{in_memory}"):
+            _fit("bayesian_gmm", "svi", "pyro", data=data, batch_size=10)
 
 
 # --- Options a fit would ignore ------------------------------------------------------------------
@@ -478,6 +498,39 @@ def test_reversed_and_byte_swapped_data_fit_on_pyro_as_their_copies():
         copied = _fit("bayesian_gmm", "cavi", "pyro", data={"x": np.array(x, dtype=np.float64)})
         for key, value in copied.raw_params.items():
             np.testing.assert_allclose(fitted.raw_params[key], value, rtol=1e-12)
+
+
+def test_a_tensor_that_requires_grad_is_refused_saying_to_detach_it():
+    import torch
+
+    x = torch.tensor(GMM_X, requires_grad=True)
+    detach = (
+        r"data\['x'\] cannot be read as an array .*requires grad.* Pass data\['x'\]\.detach\(\)"
+    )
+    with pytest.raises(TypeError, match=detach):
+        _fit("bayesian_gmm", "cavi", "pyro", data={"x": x})
+    fitted = _fit("bayesian_gmm", "cavi", "pyro", data={"x": x.detach()})
+    with pytest.raises(TypeError, match=detach):
+        fitted.log_marginal_likelihood({"x": x})
+
+
+# --- A whole fit result as init names what init takes --------------------------------------------
+
+
+def test_a_fit_result_as_a_mixtures_init_says_what_init_takes():
+    fitted = _fit("bayesian_gmm", "cavi", "pyro")
+    message = (
+        r"init for a mixture must be one of \['kmeans', .*responsibilities, or \(for "
+        r"algorithm='svi' only\) .*; got FitResult\(.*\), whose raw_params start algorithm='svi'"
+    )
+    for model, algorithm in (("bayesian_gmm", "cavi"), ("bayesian_gmm", "svi"), ("gmm", "em")):
+        with pytest.raises(TypeError, match=message):
+            _fit(model, algorithm, "pyro", init=fitted)
+    with pytest.raises(TypeError, match=message):
+        inference.compare(
+            "bayesian_gmm", DATA["bayesian_gmm"], algorithms=["cavi"], backends=["pyro"],
+            num_steps=2, K=2, init=fitted,
+        )  # fmt: skip
 
 
 # --- Degenerate data are blamed, not a prior the caller never passed -----------------------------

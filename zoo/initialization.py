@@ -43,7 +43,7 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
             "init for CAVI, EM and natural-gradient SVI is (N, K) responsibilities or one of "
             f"{list(INIT_METHODS)}; a dict of parameters starts algorithm='svi' only."
         )
-    resp = np.asarray(init, dtype=float)
+    resp = _as_float_array(init)
     if resp.shape != (n, K):
         raise ValueError(
             f"init responsibilities must have shape (N, K) = ({n}, {K}); got {resp.shape}."
@@ -57,6 +57,23 @@ def initial_responsibilities(x: np.ndarray, K: int, init, seed: int) -> np.ndarr
             f"row sums range over [{sums.min():.6g}, {sums.max():.6g}]."
         )
     return resp
+
+
+def _as_float_array(init) -> np.ndarray:
+    """``init`` as an array of floats; an object numpy cannot read as one (a fit's result
+    instead of its ``raw_params``, say) is refused with what init may be."""
+    try:
+        return np.asarray(init, dtype=float)
+    except (TypeError, ValueError) as err:
+        if hasattr(init, "raw_params"):  # a fit's result, passed whole
+            got = f"{init!r}, whose raw_params start algorithm='svi'"
+        else:
+            got = f"a {type(init).__name__}, which numpy cannot read as numbers ({err})"
+        raise TypeError(
+            f"init for a mixture must be one of {list(INIT_METHODS)}, (N, K) responsibilities, "
+            "or (for algorithm='svi' only) a dict of parameter arrays such as a fit's "
+            f"raw_params; got {got}."
+        ) from None
 
 
 def _kmeans(x: np.ndarray, K: int, rng: np.random.Generator) -> np.ndarray:

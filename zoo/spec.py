@@ -235,6 +235,41 @@ def rows_text(rows, row_ids=None) -> str:
     return f"{len(rows)} row(s): {shown}{more}"
 
 
+def _as_data_array(value, name: str, doc: str = "") -> np.ndarray:
+    """A data value as the numpy array ``np.asarray`` reads; ``name`` (``"data['x']"``) and
+    ``doc`` (what it holds) name it in the errors.
+
+    Raises
+    ------
+    ValueError
+        numpy cannot read it as one array (a ragged list).
+    TypeError
+        Its own conversion fails (a torch tensor that requires grad), or numpy wraps the whole
+        object as the one element of a 0-d array instead of reading its entries (a scipy
+        sparse matrix).
+    """
+    what = f" ({doc})" if doc else ""
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as err:  # ragged lists, objects numpy cannot read
+        raise ValueError(f"{name} cannot be read as an array{what}: {err}") from None
+    except Exception as err:  # the object's own conversion refused, e.g. torch's
+        detach = f" Pass {name}.detach()." if getattr(value, "requires_grad", False) else ""
+        raise TypeError(
+            f"{name} cannot be read as an array{what}: converting its "
+            f"{type(value).__name__} failed: {err}{detach}"
+        ) from None
+    if array.ndim == 0 and array.dtype == object and value is not None:
+        # numpy wrapped the object whole, as it does a sparse matrix: not its entries.
+        dense = f", e.g. {name}.toarray()" if hasattr(value, "toarray") else ""
+        raise TypeError(
+            f"{name} cannot be read as an array{what}: numpy takes its "
+            f"{type(value).__name__} as one object, not as numbers; pass a dense numpy "
+            f"array{dense}."
+        )
+    return array
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A model of the zoo, described for the inference layer.
@@ -643,12 +678,7 @@ class ModelSpec:
             )
         out = {}
         for key, contract in self.data.items():
-            try:
-                value = np.asarray(data[key])
-            except (TypeError, ValueError) as err:  # ragged lists, objects numpy cannot read
-                raise ValueError(
-                    f"{name}[{key!r}] cannot be read as an array ({contract.doc}): {err}"
-                ) from None
+            value = _as_data_array(data[key], f"{name}[{key!r}]", contract.doc)
             if value.ndim != contract.ndim:
                 raise ValueError(
                     f"{name}[{key!r}] must have {contract.ndim} dimensions ({contract.doc}); "
@@ -723,7 +753,7 @@ class ModelSpec:
             if contract.bounds is None or key not in data:
                 continue
             low, high = (getattr(config, b) if isinstance(b, str) else b for b in contract.bounds)
-            value = np.asarray(data[key])
+            value = _as_data_array(data[key], f"{name}[{key!r}]", contract.doc)
             bad = (value < low) | (value >= high)
             if bad.any():
                 named = ", ".join(

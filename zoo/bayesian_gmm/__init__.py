@@ -146,6 +146,29 @@ def _check_default_covariance(x, cov) -> None:
         )
 
 
+def _positive_definite_beyond_rounding(cov, summed_rows: int) -> bool:
+    """Whether ``cov`` is symmetric and positive definite by more than rounding error.
+
+    The test is on the correlation matrix, so that the columns' units do not matter. An
+    eigenvalue below ``max(D, summed_rows) * eps`` times the largest cannot be told from zero:
+    this is ``numpy.linalg.matrix_rank``'s tolerance (``max(shape) * eps`` times the largest
+    singular value), with N for the covariance of N rows (``summed_rows``), each entry of which
+    is a sum of N products, rounded by up to N * eps. Exactly collinear columns leave an
+    eigenvalue of a few eps of either sign; a test against 0 lets the positive ones through to
+    fail later (a Cholesky factorisation, a NaN objective). Real data are far above the
+    tolerance: a column the others predict with R^2 = 1 - 1e-8 passes with 10^6 rows, and
+    scikit-learn's iris, wine, diabetes and breast-cancer data have smallest eigenvalues 1e-5
+    to 1e-2 of the largest.
+    """
+    variances = np.diag(cov)
+    if not np.allclose(cov, cov.T) or not (variances > 0).all():
+        return False
+    scale = np.sqrt(variances)
+    eigenvalues = np.linalg.eigvalsh(cov / np.outer(scale, scale))
+    tolerance = max(len(cov), summed_rows) * np.finfo(np.float64).eps * eigenvalues[-1]
+    return bool(eigenvalues[0] > tolerance)
+
+
 def check_dim(data, config) -> None:
     """New data (a test set, validation data) have the fitted mixture's D columns."""
     x = data["x"]
@@ -235,12 +258,14 @@ def prepare(
         cov0 = check_array("covariance_prior", covariance_prior, (d, d))
     if not np.isfinite(cov0).all():
         raise ValueError("covariance_prior must be finite; it holds NaN or inf.")
-    if not np.allclose(cov0, cov0.T) or np.linalg.eigvalsh(cov0).min() <= 0:
+    summed_rows = n if covariance_prior is None else 0
+    if not _positive_definite_beyond_rounding(cov0, summed_rows):
         if covariance_prior is None:
             raise ValueError(
                 "the covariance of data['x'] (the default covariance_prior) is singular: some "
-                "columns of data['x'] are linear combinations of others. Drop them, or pass "
-                "covariance_prior= (a (D, D) positive definite matrix)."
+                "columns of data['x'] are linear combinations of others (as they are when it "
+                "has fewer than D + 1 distinct rows). Drop them, or pass covariance_prior= (a "
+                "(D, D) positive definite matrix)."
             )
         raise ValueError(
             "covariance_prior must be symmetric positive definite; with N <= D or constant "
