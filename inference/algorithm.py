@@ -176,7 +176,9 @@ class Algorithm(ABC):
       ``prepare_data(spec, data, seed)``, the data the fit runs on;
     * on its state (each optional, with the default in brackets; :data:`STATE_FACTS`):
       ``guide`` (None), ``record`` ({}: the options as a result and a checkpoint record them),
-      ``rule_start`` (0: the step from which the stopping rule may end a run), ``extendable``
+      ``rule_start`` (0: the step from which the stopping rule may end a run), ``noise_bound``
+      (False: the stopping rule also asks that the objective's noise be below ``tol``, as
+      ``Traits.noise_bound`` does for every run), ``extendable``
       (True: a resumed run may ask for more steps), ``lead`` (True) and ``processes`` (1: a
       data-parallel group), ``state_layout`` (None, the first; else the revision, from 2, of
       what its checkpoints hold, raised when that changes: a checkpoint of another layout is
@@ -260,6 +262,7 @@ class Algorithm(ABC):
 STATE_FACTS = {
     "guide": (None, "guide"),
     "rule_start": (0, "rule_start"),
+    "noise_bound": (False, "noise_bound"),
     "extendable": (True, "extendable"),
     "lead": (True, "lead"),
     "processes": (1, "processes"),
@@ -284,6 +287,16 @@ def rule_start(alg, state) -> int:
     """The step from which a stochastic objective's stopping rule counts (SVI's last
     learning-rate stage, :data:`STATE_FACTS`); 0 for an exact objective."""
     return state_fact(alg, state, "rule_start") if alg.traits.stochastic else 0
+
+
+def noise_bound(alg, state) -> bool:
+    """Whether a stochastic objective's stopping rule also asks that its noise be below
+    ``tol`` (``Traits.noise_bound``): always for an algorithm that says so, else where the
+    state says so (SVI drawing minibatches, whose sampling noise can make a rising objective's
+    gain look below ``tol`` by chance)."""
+    if not alg.traits.stochastic:
+        return False
+    return alg.traits.noise_bound or bool(state_fact(alg, state, "noise_bound"))
 
 
 def run_record(alg, options, state) -> dict:

@@ -31,6 +31,7 @@ from inference.algorithm import (
     check_length,
     default_num_steps,
     ignores,
+    noise_bound,
     posterior_family,
     prepare_data,
     rule_start,
@@ -403,7 +404,8 @@ def fit(
         )
     result = final_result(results, state, history, converged)
     result.timing["wall"] = time.perf_counter() - started
-    return _warn_unconverged(settings, result, rule_start(settings.alg, state))
+    alg = settings.alg
+    return _warn_unconverged(settings, result, rule_start(alg, state), noise_bound(alg, state))
 
 
 def make_problem(
@@ -839,12 +841,13 @@ def check_algorithm_defaults(spec) -> None:
             )
 
 
-def _warn_unconverged(settings: _Settings, result, start: int = 0):
+def _warn_unconverged(settings: _Settings, result, start: int = 0, bounded: bool = False):
     """A :class:`~inference.convergence.ConvergenceWarning` for a run that used all of its
     ``num_steps`` without meeting its stopping rule (none for ``tol`` None or 0: a fixed number
     of steps was asked for), and for a sampler whose draws fail their diagnostics. Returns the
     result, a sampler's ``converged`` saying whether its draws passed them (a sampler has no
-    stopping rule)."""
+    stopping rule). ``start`` is the step from which the rule counted, and ``bounded`` whether
+    it asked for low noise (``inference.algorithm.noise_bound``)."""
     alg, spec, num_steps, tol = settings.alg, settings.spec, settings.num_steps, settings.tol
     run_name = f"{alg.name} on {spec.name!r} ({settings.back.NAME}" + (
         f", guide {result.guide!r})" if result.guide else ")"
@@ -872,7 +875,7 @@ def _warn_unconverged(settings: _Settings, result, start: int = 0):
     )
     window = alg.traits.window if stochastic else None
     noise = None
-    if stochastic and alg.traits.noise_bound:
+    if bounded:  # the rule asked for low noise: say where the noise hid the verdict
         objectives = result.history["objective"]
         noise = convergence.hidden_by_noise(objectives, tol, result.num_data, window)
     message = convergence.unconverged_message(

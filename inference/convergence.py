@@ -9,6 +9,9 @@ Two stopping rules, one per kind of objective (``Traits.stochastic``):
   before: the slope of the smoothed objective, over a window, is below the tolerance. A
   single step's change says nothing about a noisy objective; means over windows of hundreds
   of steps do (the rule of thumb of SVI convergence diagnostics, e.g. Dhaka et al. 2020).
+  Where the noise can hide a gain of ``tol`` (natural-gradient SVI, and SVI on minibatches:
+  ``inference.algorithm.noise_bound``), the standard error of the two means' difference must be
+  below ``tol`` too, so that the rule is not met by chance.
 
 ``tol=0`` asks for a fixed number of steps: no rule stops the run, and no warning is given.
 
@@ -120,16 +123,19 @@ def hidden_by_noise(objectives, tol: float, num_data: int, window: int) -> float
     return noise if noise >= tol and gain < tol + 2 * noise else None
 
 
-def converged(alg, objectives, tol: float | None, num_data: int, start: int = 0) -> bool:
+def converged(
+    alg, objectives, tol: float | None, num_data: int, start: int = 0, noise_bound: bool = False
+) -> bool:
     """The stopping rule of ``alg``'s kind of objective, after the last step of
-    ``objectives``."""
+    ``objectives``; a stochastic one with ``noise_bound`` (``inference.algorithm.noise_bound``)
+    also asks that the noise of its windows be below ``tol``."""
     if tol is None:
         return False
     if alg.traits.stochastic:
         window = alg.traits.window
         if len(objectives) % max(window // 10, 1):  # checked ten times a window
             return False
-        return window_converged(objectives, tol, num_data, window, start, alg.traits.noise_bound)
+        return window_converged(objectives, tol, num_data, window, start, noise_bound)
     return exact_converged(objectives, tol, num_data)
 
 

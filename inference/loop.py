@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference import convergence
-from inference.algorithm import Algorithm, progress_text, rule_start, state_fact
+from inference.algorithm import Algorithm, noise_bound, progress_text, rule_start, state_fact
 from inference.backends import tree_codec
 from inference.persistence import checkpoint, checkpoint_header, saved_fit, state_tree
 from inference.streaming import DataError
@@ -640,6 +640,7 @@ class _Run:
             self.length.tol,
             self.length.num_data,
             rule_start(alg, state),
+            noise_bound(alg, state),
         ):
             self.stopped, self.converged = "converged", True
 

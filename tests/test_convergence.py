@@ -309,3 +309,21 @@ def test_natural_gradient_svi_on_small_minibatches_warns_that_noise_hid_converge
     message = str(said[0].message)
     assert "without knowing whether it converged" in message
     assert "standard error of 0.012" in message and "raise tol to about 0.02" in message
+
+
+def test_svi_on_small_minibatches_asks_the_noise_to_be_below_tol_and_full_batches_do_not():
+    """Minibatches of 5 of 500 points: the last two windows' means differ by 0.005 nats per
+    point under a standard error of 0.022, so the plain rule (tol=0.01) stopped the run at step
+    1,000 as converged, by chance; with the noise bound SVI on minibatches goes on and warns
+    that the noise hid the verdict. Full-batch SVI, whose objective the noise bound would not
+    change, still stops at its rule. (The rule is the layer's, the same for either backend.)"""
+    backend = "numpyro"
+    x = zoo.get_model("bayesian_gmm").make_data(np.random.default_rng(0), 500)
+    common = dict(K=3, lr=0.01, tol=0.01, num_steps=1500)
+    res, said = _fit_quietly("bayesian_gmm", x, "svi", backend, batch_size=5, **common)
+    assert not res.converged and res.num_steps == 1500
+    assert len(said) == 1 and "noise of its objective hides a gain of tol=0.01" in str(
+        said[0].message
+    )
+    full, said = _fit_quietly("bayesian_gmm", x, "svi", backend, **common)
+    assert full.converged and full.num_steps == 1000 and not said

@@ -289,6 +289,15 @@ class SVIState:
         return 1 if shard is None else int(shard[1])
 
     @property
+    def noise_bound(self) -> bool:
+        """Minibatches (from memory or a stream) add their sampling noise to each step's
+        objective, large next to ``tol``: a gain between two windows can then fall below
+        ``tol`` by chance while the objective still rises, so the stopping rule also asks that
+        the noise be below ``tol`` (``inference.convergence.window_noise``), or goes on to
+        ``num_steps`` and says that the noise hid the verdict."""
+        return self.bound.batches is not None or self.problem.source is not None
+
+    @property
     def lead(self) -> bool:
         shard = self.bound.shard
         return shard is None or shard[0] == 0
