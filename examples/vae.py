@@ -169,7 +169,10 @@ def evaluate(res, test, args, prefix="test"):
     log_px = res.log_marginal_likelihood(
         x, num_samples=args.eval_k, seed=args.seed, device=args.device
     )
-    sem = lambda v: float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) < len(test) else 0.0  # noqa: E731
+    # The standard error of a mean over a sample of the test set (--eval-n, or --quick's 500
+    # rows); 0 for the whole test set, whose mean is the figure itself (up to Monte Carlo).
+    sampled = len(x) < len(test) or args.quick
+    sem = lambda v: float(v.std(ddof=1) / np.sqrt(len(v))) if sampled else 0.0  # noqa: E731
     return {
         f"{prefix}_rows": int(len(x)),
         f"{prefix}_elbo": float(elbo.mean()),
