@@ -557,6 +557,7 @@ def _settings(model, data, algorithm, backend, num_steps, tol, options: dict) ->
         raise ValueError(
             "Data not held in memory (memory-mapped arrays or a stream of minibatches) need a "
             f"minibatch algorithm, one of {minibatch}; got {algorithm!r}."
+            + streaming.listed_stream_note(spec, data)
         )
     own, model_opts = split_options(alg, spec, options)
     given_opts = alg.options(own)

@@ -267,7 +267,7 @@ class ArraySource:
                     yield key, self._gather(value, rows)
 
 
-def _listed_stream_note(spec, data) -> str:
+def listed_stream_note(spec, data) -> str:
     """For data given as a list or tuple, which is read as a stream of minibatches: how to pass
     data in memory instead (the tuple ``(x,)`` is a stream of one minibatch, not ``x``)."""
     if not isinstance(data, list | tuple):
@@ -287,7 +287,7 @@ class StreamSource:
             raise TypeError(
                 "A stream of minibatches needs num_data= (an int: the size of the full data set, "
                 f"which scales each minibatch); got {type(num_data).__name__}."
-                + _listed_stream_note(spec, stream)
+                + listed_stream_note(spec, stream)
             )
         if num_data < 1:
             raise ValueError(f"num_data must be an int in the range [1, inf); got {num_data}.")
@@ -401,7 +401,7 @@ def make_source(spec, data, *, batch_size, num_data, seed: int, num_steps: int):
     if batch_size is not None:
         raise ValueError(
             "batch_size= is for arrays; a stream's minibatches have the rows it gives. Got "
-            f"batch_size={batch_size}.{_listed_stream_note(spec, data)}"
+            f"batch_size={batch_size}.{listed_stream_note(spec, data)}"
         )
     return StreamSource(spec, data, num_data, num_steps)
 

@@ -350,6 +350,8 @@ def test_a_list_or_tuple_of_arrays_is_a_stream_and_the_refusal_says_how_to_pass_
             _fit("bayesian_gmm", "svi", "pyro", data=data)
         with pytest.raises(ValueError, match=rf"batch_size= is for arrays.*{in_memory}"):
             _fit("bayesian_gmm", "svi", "pyro", data=data, batch_size=10)
+        with pytest.raises(ValueError, match=rf"need a minibatch algorithm.*{in_memory}"):
+            _fit("bayesian_gmm", "cavi", "pyro", data=data)
 
 
 # --- Options a fit would ignore ------------------------------------------------------------------
