@@ -9,7 +9,8 @@ both end at the same ELBO. Neither loop reads a value on the host between iterat
 
 Each row uses one of torch's linear-algebra libraries for the Cholesky factor and its inverse
 (``torch.backends.cuda.preferred_linalg_library``): a library call that cannot be recorded
-fails the recording, and that row gives the error instead of a time.
+fails the recording, and that row gives the error instead of a time. The library's later rows
+are not recorded: their error begins "not tried" and names the row whose recording failed.
 
 And each row uses one layout of the (N, F) features and (N, K) responsibilities: torch's
 (``"transposed"``, stored as (F, N) and (K, N), the zoo's choice for torch, the faster in a
@@ -152,6 +153,14 @@ def first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
 
 
+def not_tried(failed: dict) -> str:
+    """The graph error of a row not recorded because the recording of the earlier row
+    ``failed``, with the same linear-algebra library, failed: the library's call would fail the
+    same way, so the row says it was not tried rather than claim a failure of its own."""
+    where = ", ".join(f"{key}={failed[key]}" for key in ("n", "dtype", "layout", "compiled"))
+    return f"not tried: recording failed at {where}: {failed['graph_error']}"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -206,15 +215,16 @@ def main(argv=None):
             eager(update, state, 2, args.device)  # warm-up: the libraries' first calls
             row["eager_s"], row["eager_elbo"] = eager(update, state, args.steps, args.device)
             if cuda and failed:
-                row["graph_error"] = failed
+                row["graph_error"] = not_tried(failed)
             elif cuda:
                 try:
                     row["graph_s"], row["graph_elbo"] = graphed(
                         update, state, args.steps, args.device
                     )
                 except Exception as err:  # a call that cannot be recorded
-                    row["graph_error"] = failed = first_line(err)
-                    print(f"    recording failed: {failed}", flush=True)
+                    row["graph_error"] = first_line(err)
+                    failed = row
+                    print(f"    recording failed: {row['graph_error']}", flush=True)
             rows.append(row)
             graph = row.get("graph_s")
             cells = [

@@ -4,10 +4,14 @@ The timings of a smoke run on a shared machine say nothing, so only their form i
 every path timed, positive, finite, and the ratios taken against the right baseline.
 """
 
+import ast
+import importlib.util
 import json
 import math
 import os
 import runpy
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -672,3 +676,59 @@ def test_op_counts_recorded_for_a_pyro_cavi_iteration_are_todays():
         row = recorded["cavi"][f"bayesian_gmm CAVI, K=20, D={d}"]
         assert counted["operations"] == row["operations"], d
         assert counted["most_frequent"] == row["most_frequent"], d
+
+
+def load_benchmark(name):
+    """The benchmark as a module, so that a test can replace its functions."""
+    spec = importlib.util.spec_from_file_location(f"_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cavi_cuda_graph_rows_after_a_failed_recording_say_they_were_not_tried(monkeypatch):
+    """After a library's recording fails, its later rows are not recorded, and say so rather than
+    claim a failure of their own; the next library is tried afresh. No GPU needed: the CUDA
+    calls are replaced."""
+    graph = load_benchmark("cavi_cuda_graph")
+    recordings = []
+
+    def graphed(update, state, steps, device):
+        recordings.append(update)
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(graph.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(graph.torch.backends.cuda, "preferred_linalg_library", lambda lib: None)
+    monkeypatch.setattr(graph, "setup", lambda n, d, k, device, dtype, layout: (n, None))
+    monkeypatch.setattr(graph, "eager", lambda update, state, steps, device: (1e-3, -1.0))
+    monkeypatch.setattr(graph, "graphed", graphed)
+    argv = ["--sizes", "1000", "10", "--dtypes", "float64", "--layouts", "transposed"]
+    rows = graph.main(argv + ["--linalg", "cusolver", "magma"])
+    assert recordings == [1000, 1000]  # the first row of each library, and no other
+    error = "RuntimeError: operation not permitted when stream is capturing"
+    for first, later in (rows[0:2], rows[2:4]):
+        assert first["graph_error"] == error
+        assert later["graph_error"] == (
+            "not tried: recording failed at n=1000, dtype=float64, layout=transposed, "
+            f"compiled=False: {error}"
+        )
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
+def test_streaming_memory_child_reads_its_own_peak_not_its_parents():
+    """On Linux a child's ru_maxrss starts at its parent's peak: each N's fit, run in a child of
+    the script that wrote the data, must report the child's own peak."""
+    import resource
+
+    import numpy as np
+
+    held = np.ones(2**24)  # 128 MiB, written: this process's peak is above it
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 > 128
+    child = "import runpy, sys; print(runpy.run_path(sys.argv[1], run_name='m')['peak_rss_mib']())"
+    script = str(BENCHMARKS / "streaming_memory.py")
+    run = subprocess.run([sys.executable, "-c", child, script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    peak, source = ast.literal_eval(run.stdout.strip())
+    assert source == "VmHWM"
+    assert 0 < peak < 100, peak  # python, numpy and the script: about 30 MiB
+    del held
