@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -678,7 +679,13 @@ class FitResult:
             "config": config_scalars,
             "data_fingerprint": self.data_fingerprint or _fingerprint_of(self.spec, self.data),
         }
-        checkpoint.save(path, header, arrays)
+        try:
+            checkpoint.save(path, header, arrays)
+        except OSError as err:
+            # A write to a file already open (a full disk) names no file: name the one asked for.
+            if err.errno is None or err.filename is not None:
+                raise
+            raise type(err)(err.errno, err.strerror, os.fspath(path)) from err
 
 
 def _fingerprint_of(spec, data) -> str | None:

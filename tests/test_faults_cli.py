@@ -248,8 +248,27 @@ def test_save_writes_the_fit_and_a_failed_write_keeps_the_result(workdir, capsys
     assert main([*args, "--save", "out/again.zoo"]) == 1
     out, err = capsys.readouterr()
     assert out.startswith("gmm / em / pyro: log-likelihood")  # shown before the write failed
-    assert err.strip().endswith("zoo: error: [Errno 28] No space left on device: 'out/again.zoo'")
+    assert err.strip().endswith(
+        "zoo: error: cannot write the fit to out/again.zoo: [Errno 28] No space left on device: "
+        "'out/again.zoo'. The fit's results are above; an earlier file there is kept whole."
+    )
     assert "Traceback" not in err
+
+
+def test_a_failed_save_names_the_file_it_could_not_write(workdir, monkeypatch):
+    """A full disk fails a write to a file already open, which names no file: the error
+    names the one the fit was to be saved to."""
+    from inference.persistence import checkpoint
+
+    res = inference.fit("gmm", {"x": np.load("x.npy")}, "em", "pyro", num_steps=2, progress=False)
+
+    def full(path, header, arrays):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save", full)
+    with pytest.raises(OSError, match=r"No space left on device: 'out/fit.zoo'") as caught:
+        res.save("out/fit.zoo")
+    assert caught.value.errno == 28
 
 
 @pytest.mark.parametrize(

@@ -754,7 +754,13 @@ def _fit(args, spec, options) -> int:
         _print_fit(res, out, args.json)
     finally:
         if save is not None:
-            res.save(save)
+            try:
+                res.save(save)
+            except OSError as err:
+                raise OSError(
+                    f"cannot write the fit to {save}: {cli_paths.one_line(err)}. The fit's "
+                    "results are above; an earlier file there is kept whole."
+                ) from err
             print(f"zoo: saved the fit to {save} (inference.load to read it)", file=sys.stderr)
     return 0
 
