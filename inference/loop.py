@@ -568,6 +568,10 @@ class _Run:
                     f"Checkpoint {path!r} is at step {self.start_step}, past num_steps="
                     f"{length.num_steps}; resume with num_steps >= {self.start_step}."
                 )
+            if self.stopped is None and self.rule_met():
+                # The checkpointed step already meets this run's tol (a converged run resumed
+                # with a tighter one): it ends there, as the run would have without a break.
+                self.stopped = "converged"
         elapsed = self.history["time"][-1] if self.history["time"] else 0.0
         self.t0 = time.perf_counter() - elapsed
         self.converged = self.stopped == "converged"
@@ -631,18 +635,22 @@ class _Run:
     def check_stop(self, step: int) -> None:
         """Whether the run ends after step ``step + 1``: the validation's early stopping, else
         the algorithm's stopping rule."""
-        alg, history, state = self.alg, self.history, self.state
         if self.validation is not None and self.validate(step):
             self.stopped = "early_stopping"
-        elif convergence.converged(
+        elif self.rule_met():
+            self.stopped, self.converged = "converged", True
+
+    def rule_met(self) -> bool:
+        """Whether the algorithm's stopping rule is met with ``tol`` after the last step taken."""
+        alg, state = self.alg, self.state
+        return convergence.converged(
             alg,
-            history["objective"],
+            self.history["objective"],
             self.length.tol,
             self.length.num_data,
             rule_start(alg, state),
             noise_bound(alg, state),
-        ):
-            self.stopped, self.converged = "converged", True
+        )
 
     def validate(self, step: int) -> bool:
         """The validation after step ``step + 1`` (True: stop early). A held-out objective that
