@@ -362,8 +362,9 @@ def test_a_second_ctrl_c_in_the_middle_of_a_pyro_step_leaves_a_whole_checkpoint(
 
     def half_a_step(self, state):
         if state.step == 5:
-            for value in pyro.get_param_store().values():
-                value.unconstrained().data.add_(1.0)  # part of an update, applied in place
+            with state.engine._own_store():  # the fit's parameters, in Pyro's store
+                for value in pyro.get_param_store().values():
+                    value.unconstrained().data.add_(1.0)  # part of an update, in place
             raise KeyboardInterrupt  # the second Ctrl-C
         return real_step(self, state)
 

@@ -17,6 +17,7 @@ from pyro.infer import (
     TraceEnum_ELBO,
     config_enumerate,
 )
+from pyro.params.param_store import ParamStoreDict
 from torch.distributions import transform_to
 
 from inference import learning_rate
@@ -185,6 +186,17 @@ def _fusable(params) -> bool:
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
 
 
+def _in_own_store(method):
+    """``method`` of an :class:`SVIEngine` run with the engine's parameters in Pyro's store."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._own_store():
+            return method(self, *args, **kwargs)
+
+    return call
+
+
 class SVIEngine:
     """SVI on Pyro's ELBO estimators with its own random stream, so fits neither read nor disturb
     the global one.
@@ -197,8 +209,11 @@ class SVIEngine:
     Every parameter must exist after the first evaluation of the loss (true of the zoo's
     models). With a learning rate in stages, Adam's state is cleared at each stage's first
     update, so that its moments start afresh there, and the engine keeps the average of the
-    last stage's iterates, which ``params`` returns (``inference.learning_rate``). Pyro keeps
-    parameters in one global store, so one Pyro fit runs at a time in a process.
+    last stage's iterates, which ``params`` returns (``inference.learning_rate``). Pyro's
+    ``param`` sites read one global store: the engine keeps its parameters in a store of its
+    own, put in place of the global one's content for each of its calls and the user's put back
+    after (also when the call raises), so a fit leaves the user's parameters as it found them.
+    One engine call runs at a time in a process.
     ``step(state, temperature, rows)`` trains on ``data`` restricted to ``rows`` (all rows if
     None); ``step(state, temperature, batch=...)`` on a minibatch given as tensors
     (``inference.streaming``). The engines of both backends take and return a state; Pyro's
@@ -247,8 +262,8 @@ class SVIEngine:
         self.keys = tuple(sorted(data))
         self.model_fn = _positional(model, self.keys, config)
         self.guide_fn = _positional(guide, self.keys, config)
-        pyro.clear_param_store()
-        with self._rng():
+        self._store = vars(ParamStoreDict())  # the engine's parameters, empty to start
+        with self._own_store(), self._rng():
             torch.manual_seed(setup.seed)
             if device.type == "cuda":
                 torch.cuda.manual_seed(setup.seed)
@@ -262,12 +277,12 @@ class SVIEngine:
                     temperature=self._temperature(setup.init_temperature),
                 )
             self.rng_state = self._get_rng()
-        store = pyro.get_param_store()
-        self.names = sorted(store.keys())
+        store = self._store
+        self.names = sorted(store["_params"])
         self.lr = lr
         self.updates = 0  # Adam updates applied: where a schedule of stages stands
         first_lr = lr.at(0) if isinstance(lr, learning_rate.Stages) else lr
-        params = [store._params[k] for k in self.names]
+        params = [store["_params"][k] for k in self.names]
         self.optim = torch.optim.Adam(params, lr=first_lr, fused=_fusable(params))
         # With stages, the average of the last stage's unconstrained iterates, which params()
         # returns (inference.learning_rate); the iterate itself until that stage starts.
@@ -275,6 +290,21 @@ class SVIEngine:
         if isinstance(lr, learning_rate.Stages):
             self.average = {k: p.detach().clone() for k, p in zip(self.names, params, strict=True)}
         self._loaded = None  # the last state loaded into the store, a handle to it since
+
+    @contextlib.contextmanager
+    def _own_store(self):
+        """Pyro's global parameter store holding the engine's parameters for the call, and
+        what it held before (the user's parameters) again after it, also on an error. The
+        store's dicts are swapped, not copied: the same tensors, which Adam and the compiled
+        graphs hold, at no cost per step."""
+        store = pyro.get_param_store()
+        theirs = vars(store).copy()
+        vars(store).update(self._store)
+        try:
+            yield
+        finally:
+            self._store = vars(store).copy()  # dicts the call replaced (a clear()) included
+            vars(store).update(theirs)
 
     def _rng(self):
         return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
@@ -290,6 +320,7 @@ class SVIEngine:
         if "cuda" in state:
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
+    @_in_own_store
     def initial_state(self):
         return self._handle()
 
@@ -342,6 +373,7 @@ class SVIEngine:
         index = upload(torch.as_tensor(rows), self.device)
         return {k: v.index_select(0, index) for k, v in data.items()}
 
+    @_in_own_store
     def step(self, state=None, temperature=None, rows=None, batch=None, data=None):
         """One gradient step: ``(state, ELBO estimate)``; a non-finite loss leaves the parameters
         as they were. ``data`` replaces the engine's data for this step (a fresh binarization)."""
@@ -453,6 +485,7 @@ class SVIEngine:
             return None
         return upload(torch.as_tensor(temperature, dtype=self.dtype), self.device)
 
+    @_in_own_store
     def params(self, state=None) -> dict[str, np.ndarray]:
         self._adopt(state)
         store = pyro.get_param_store()
@@ -467,6 +500,7 @@ class SVIEngine:
                 for name in store.keys()
             }
 
+    @_in_own_store
     def params_outside_support(self, state=None) -> list[str]:
         """The parameters whose constrained values fail their constraint's check (a value
         ``> 1`` rounded to exactly 1, which Pyro's distributions then refuse)."""
@@ -479,6 +513,7 @@ class SVIEngine:
                 if not bool(store._constraints[name].check(store[name]).all())
             )
 
+    @_in_own_store
     def elbo(self, state, num_particles: int, seed: int, temperature=None) -> float:
         """A fresh Monte-Carlo ELBO estimate at the current parameters (no gradient step)."""
         self._adopt(state)
