@@ -225,12 +225,9 @@ def test_gpu_check_skips_a_nuts_fit_only_when_its_sampling_would_run_too_long(mo
     much of a step's time: a slow first fit does not stop the larger sizes, and one fit alone
     predicts nothing. A larger size is skipped, with the reason, when each step's time drawn
     through the last two sizes would take the fit past the limit."""
-    import importlib.util
     from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("_gpu_check", BENCHMARKS / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("gpu_check")
     fits = [(300, 14.0, 0.1, 0.010), (3_000, 14.5, 0.2, 0.012)]
     assert module.predicted_fit_seconds(fits, 30_000, 60) == pytest.approx(17.94)
     assert module.predicted_fit_seconds(fits[:1], 30_000, 60) is None
