@@ -29,6 +29,18 @@ _DOC_FIELDS = {
 }
 
 
+def _promote(*tensors):
+    """The tensors (``None`` kept) in one floating dtype, as numpy and JAX promote mixed inputs:
+    torch's matmul refuses mixed dtypes. Integer and bool inputs give float64, as in the twins."""
+    present = [t for t in tensors if t is not None]
+    dtype = present[0].dtype
+    for t in present[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    if not dtype.is_floating_point:
+        dtype = torch.float64
+    return [None if t is None else t.to(dtype) for t in tensors]
+
+
 @shared_sections(_docs.SCALED_DOT_PRODUCT_ATTENTION, **_DOC_FIELDS)
 def scaled_dot_product_attention(
     q, k, v, mask=None, bias=None, scale=None, causal=False, return_weights=False
@@ -74,6 +86,7 @@ def scaled_dot_product_attention(
     ...
     ValueError: expected every query to attend to at least one key; got query 1 with ...
     """
+    q, k, v = _promote(*map(torch.as_tensor, (q, k, v)))
     return _algebra.scaled_dot_product_attention(
         q, k, v, mask, bias, scale, causal, return_weights, _XP
     )
@@ -125,6 +138,14 @@ def multi_head_attention(
     >>> torch.allclose(weights, expected_weights, atol=1e-6)
     True
     """
+    names = list(params)
+    query, key, value, *values = _promote(
+        torch.as_tensor(query),
+        None if key is None else torch.as_tensor(key),
+        None if value is None else torch.as_tensor(value),
+        *(None if params[n] is None else torch.as_tensor(params[n]) for n in names),
+    )
+    params = dict(zip(names, values, strict=True))
     return _algebra.multi_head_attention(
         params, query, key, value, num_heads, mask, bias, scale, causal, return_weights, _XP
     )
