@@ -18,6 +18,7 @@ import inspect
 import os
 import threading
 import time
+import types
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from inference.algorithm import (
     rule_start,
     state_fact,
 )
+from inference.algorithms.svi import enumerated_elbo
 from inference.backends import get_backend
 from inference.loop import (
     DEFAULT_ADVICE,
@@ -898,18 +900,36 @@ def _validation(settings: _Settings, problem, state, results, stopping) -> tuple
     held_out = spec.validate_data(stopping.validation_data, "validation_data")
     spec.check_against_fit(held_out, problem.config, "validation_data")
 
-    def validation_elbo(state, rows=None) -> float:
-        """Per-point ELBO of the held-out data; one draw per point, the same each time."""
-        scored = held_out if rows is None else {k: v[:rows] for k, v in held_out.items()}
+    def fitted_at(state) -> evaluation.Fitted:
         fit = evaluation.Fitted(
             spec, problem.backend.NAME, problem.config, problem.dtype, results.guide,
             alg.get_params(state),
         )  # fmt: skip
         evaluation.check_guide(fit, alg.name, "elbo")
+        return fit
+
+    def validation_elbo(state, rows=None) -> float:
+        """Per-point ELBO of the held-out data; one draw per point, the same each time. A guide
+        that sums its discrete latents out (an enumerated one) is scored as training scores it,
+        summed out: a draw of them would flip as the guide changes, and early stopping would
+        act on that noise."""
+        scored = held_out if rows is None else {k: v[:rows] for k, v in held_out.items()}
+        fit = fitted_at(state)
+        if spec.guide_kind(fit.guide, fit.backend).enumerated:
+            # The fields of a fit result that enumerated_elbo reads.
+            result = types.SimpleNamespace(
+                **fit._asdict(), model=spec.name, options={"dtype": fit.dtype}
+            )
+            total = enumerated_elbo(result, scored, num_particles=1, seed=0)
+            return total / len(next(iter(scored.values())))
         return float(np.mean(evaluation.importance_statistics(fit, scored, 1)[0]))
 
     try:  # one row now, rather than a failure at the first evaluation, steps later
         validation_elbo(state, rows=1)
+        # Refuses a latent outside the data plate: the enumerated ELBO is then a sum per point.
+        evaluation.importance_statistics(
+            fitted_at(state), {k: v[:1] for k, v in held_out.items()}, 1
+        )
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(
             f"validation_data cannot be scored for model {spec.name!r} fitted by "

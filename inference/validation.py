@@ -1,7 +1,8 @@
 """Validation during a fit: a held-out objective every few steps, early stopping, best params.
 
 ``fit(..., validation_data=..., validate_every=N, patience=P)`` evaluates the per-point held-out
-objective (for SVI: the ELBO of the validation data under the current guide) every ``N`` steps,
+objective (for SVI: the ELBO of the validation data under the current guide, its discrete
+latents summed out where training sums them: an enumerated guide) every ``N`` steps,
 records it in ``history["validation_step"]`` and ``history["validation"]``, stops after ``P``
 evaluations without improvement, and returns the parameters of the best evaluation, as
 scikit-learn's ``early_stopping`` and Keras's ``restore_best_weights`` do.
