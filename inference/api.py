@@ -926,10 +926,11 @@ def _validation(settings: _Settings, problem, state, results, stopping) -> tuple
 
     try:  # one row now, rather than a failure at the first evaluation, steps later
         validation_elbo(state, rows=1)
-        # Refuses a latent outside the data plate: the enumerated ELBO is then a sum per point.
-        evaluation.importance_statistics(
-            fitted_at(state), {k: v[:1] for k, v in held_out.items()}, 1
-        )
+        fit = fitted_at(state)
+        if spec.guide_kind(fit.guide, fit.backend).enumerated:
+            # Scored above without it: importance_statistics refuses a latent outside the data
+            # plate, where the enumerated ELBO would not be a sum per point.
+            evaluation.importance_statistics(fit, {k: v[:1] for k, v in held_out.items()}, 1)
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(
             f"validation_data cannot be scored for model {spec.name!r} fitted by "
