@@ -18,7 +18,6 @@ import inspect
 import os
 import threading
 import time
-import types
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -916,11 +915,7 @@ def _validation(settings: _Settings, problem, state, results, stopping) -> tuple
         scored = held_out if rows is None else {k: v[:rows] for k, v in held_out.items()}
         fit = fitted_at(state)
         if spec.guide_kind(fit.guide, fit.backend).enumerated:
-            # The fields of a fit result that enumerated_elbo reads.
-            result = types.SimpleNamespace(
-                **fit._asdict(), model=spec.name, options={"dtype": fit.dtype}
-            )
-            total = enumerated_elbo(result, scored, num_particles=1, seed=0)
+            total = enumerated_elbo(fit, scored, num_particles=1, seed=0)
             return total / len(next(iter(scored.values())))
         return float(np.mean(evaluation.importance_statistics(fit, scored, 1)[0]))
 

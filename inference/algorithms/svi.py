@@ -38,7 +38,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from inference import learning_rate, streaming
+from inference import evaluation, learning_rate, streaming
 from inference.algorithm import Algorithm, Problem, Traits, check_choice, check_int
 from inference.algorithms.closed_form import start_values
 from inference.backends import get_backend
@@ -628,14 +628,16 @@ def _finite_start(init) -> dict[str, np.ndarray]:
     return given
 
 
-def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
-    """A fresh engine (no step taken) of a fitted run's model and ``guide`` at its parameters."""
-    spec = result.spec
-    back = get_backend(result.backend)
+def _evaluation_engine(run, data, guide: str, elbo: str, seed: int):
+    """A fresh engine (no step taken) of ``run``'s model and ``guide`` at its parameters, on the
+    CPU; ``run`` is a fit's result or what scoring needs of one
+    (:class:`~inference.evaluation.Fitted`, a state's parameters mid-run)."""
+    fit = run if isinstance(run, evaluation.Fitted) else evaluation.fitted(run)
+    spec = fit.spec
+    back = get_backend(fit.backend)
     device = back.resolve_device("cpu")
-    dtype = result.options.get("dtype", "float64")
-    config = back.backend_config(result.config, device, dtype)
-    params = dict(result.raw_params)
+    config = back.backend_config(fit.config, device, fit.dtype)
+    params = dict(fit.raw_params)
     if elbo == "enum":
         check_enumerable(back.NAME, getattr(config, "K", None), guide)
     setup = SVISetup(
@@ -646,12 +648,12 @@ def _evaluation_engine(result, data, guide: str, elbo: str, seed: int):
         compile_key=(spec.name, spec.backends[back.NAME], guide, None),
         start=params,
         persist=spec.built_in,
-        dtype=dtype,
+        dtype=fit.dtype,
     )
     return back.SVIEngine(
         spec.build_model(back.NAME, config, params),
         spec.twin(back.NAME).make_guide(guide, config, params),
-        {k: back.asarray(v, device, dtype) for k, v in spec.validate_data(data).items()},
+        {k: back.asarray(v, device, fit.dtype) for k, v in spec.validate_data(data).items()},
         config,
         setup,
     )
@@ -662,10 +664,13 @@ def enumerated_elbo(result, data, num_particles: int = 100, seed: int = 0) -> fl
 
     A Gumbel-softmax run optimises a relaxed objective; evaluating its global factors with ``z``
     enumerated (the optimal q(z) given them) puts every SVI run on the ELBO of the discrete model.
+    ``result`` may also be :class:`~inference.evaluation.Fitted` (a state's parameters mid-run).
     """
     guide = enumerated_guide(result.spec, result.backend)
     if guide is None:
-        raise ValueError(f"Model {result.model!r} has no guide that sums its discrete latents out.")
+        raise ValueError(
+            f"Model {result.spec.name!r} has no guide that sums its discrete latents out."
+        )
     engine = _evaluation_engine(result, data, guide, "enum", seed)
     return engine.elbo(engine.initial_state(), num_particles=num_particles, seed=seed)
 
