@@ -249,8 +249,8 @@ def test_save_writes_the_fit_and_a_failed_write_keeps_the_result(workdir, capsys
     out, err = capsys.readouterr()
     assert out.startswith("gmm / em / pyro: log-likelihood")  # shown before the write failed
     assert err.strip().endswith(
-        "zoo: error: cannot write the fit to out/again.zoo: [Errno 28] No space left on device: "
-        "'out/again.zoo'. The fit's results are above; an earlier file there is kept whole."
+        "zoo: error: cannot write the fit to out/again.zoo: No space left on device. The fit's "
+        "results are above; an earlier file there is kept whole."
     )
     assert "Traceback" not in err
 
@@ -659,3 +659,16 @@ def test_a_terminal_that_reports_no_size_still_shows_the_bar(monkeypatch):
         os.close(main)
         os.close(follower)
     assert loop.bar_size(io.StringIO()) == {}  # not a terminal: tqdm decides
+
+
+def test_a_write_error_names_the_file_once():
+    """The message names the file it could not write; an OS error about that file gives its
+    reason alone, and one about another file (a temporary one beside it) keeps that name."""
+    from inference.tools.cli_paths import reason_writing
+
+    assert reason_writing(OSError(28, "No space left on device", "out/f.zoo"), "out/f.zoo") == (
+        "No space left on device"
+    )
+    other = OSError(13, "Permission denied", "out/.f.zoo.part")
+    assert reason_writing(other, "out/f.zoo") == "[Errno 13] Permission denied: 'out/.f.zoo.part'"
+    assert reason_writing(RuntimeError("no LaTeX.\n"), "f.pgf") == "no LaTeX"

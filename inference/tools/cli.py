@@ -758,8 +758,8 @@ def _fit(args, spec, options) -> int:
                 res.save(save)
             except OSError as err:
                 raise OSError(
-                    f"cannot write the fit to {save}: {cli_paths.one_line(err)}. The fit's "
-                    "results are above; an earlier file there is kept whole."
+                    f"cannot write the fit to {save}: {cli_paths.reason_writing(err, save)}. "
+                    "The fit's results are above; an earlier file there is kept whole."
                 ) from err
             print(f"zoo: saved the fit to {save} (inference.load to read it)", file=sys.stderr)
     return 0
@@ -857,8 +857,8 @@ def _write_plot(table, path: str, fmt: str) -> int:
     # tried before the fits: an environment can change in between.
     except Exception as err:
         print(
-            f"zoo: error: cannot write the plot to {path}: {cli_paths.one_line(err)}. The "
-            "table above holds the runs' results.",
+            f"zoo: error: cannot write the plot to {path}: {cli_paths.reason_writing(err, path)}. "
+            "The table above holds the runs' results.",
             file=sys.stderr,
         )
         return EXIT_FAILURE

@@ -317,3 +317,13 @@ def unwritable_format_reason(fmt: str) -> str | None:
 def one_line(err: BaseException) -> str:
     """An exception's message on one line, without a trailing full stop."""
     return " ".join(str(err).split()).rstrip(".") or type(err).__name__
+
+
+def reason_writing(err: BaseException, path) -> str:
+    """Why writing ``path`` failed, for a message that names ``path`` already: an OS error about
+    that very file gives its reason alone (``No space left on device``), where its message would
+    repeat the name; any other error, its message on one line."""
+    named = isinstance(err, OSError) and err.strerror and err.filename is not None
+    if named and os.fspath(err.filename) == os.fspath(path):
+        return err.strerror
+    return one_line(err)
