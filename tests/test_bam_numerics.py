@@ -181,6 +181,67 @@ def test_numpyro_elbo_and_gradient_finite_when_draws_underflow(attention, mask):
     assert np.isfinite(np.asarray(grad)).all()
 
 
+@pytest.mark.parametrize("mask", [None, MASK], ids=["unmasked", "masked"])
+@pytest.mark.parametrize("attention", ["weibull", "lognormal"])
+def test_numpyro_prior_scores_the_guides_underflowing_draw_at_its_log(attention, mask):
+    """The model's prior, given the guide's draw and its log, scores the draw where it was floored
+    at its log, as the Pyro twin does; any other array at the log of its value."""
+    cfg, logits, mask, _, guide = _sites(attention, mask)
+    _, trace = log_density(numpyro.handlers.seed(guide, 0), (logits,), {}, {})
+    draw = trace["s"]["value"]
+    log_draw = NC._log_of_draw(draw, trace["s"]["intermediates"])
+    assert float(log_draw.min()) < -150  # floored draws: the case at stake
+    scored = NC.prior(cfg, None, None, logits, mask, (draw, log_draw)).log_prob(draw)
+    # Pyro's prior at the same draw, which keeps its log.
+    torch_mask = None if mask is None else torch.tensor(np.array(mask))
+    by_pyro = PC.prior(cfg, None, None, torch.tensor(np.array(logits)), torch_mask)
+    expected = by_pyro.log_prob(TD.exp_keeping_log(torch.as_tensor(np.asarray(log_draw))))
+    np.testing.assert_allclose(np.asarray(scored), expected.numpy(), rtol=1e-5)
+    floored = NC.prior(cfg, None, None, logits, mask).log_prob(draw)  # a value, not the draw
+    assert np.abs(np.asarray(floored) - expected.numpy()).max() > 10
+    copy = jnp.array(draw, copy=True)  # the same numbers, another array: scored at its value
+    np.testing.assert_array_equal(
+        NC.prior(cfg, None, None, logits, mask, (draw, log_draw)).log_prob(copy), floored
+    )
+
+
+def test_numpyro_classifier_elbo_scores_floored_draws_at_their_logs():
+    """In the classifier's ELBO the model scores the guide's draws at their logs: at a small
+    Weibull shape, float32 draws underflow, and the prior's term was off by tens of nats."""
+    import inference
+    import zoo
+
+    spec = zoo.get_model("bam_classifier")
+    data = spec.make_data(np.random.default_rng(0), 8)
+    config = spec.prepare(
+        data, attention="weibull", prior="contextual", concentration=0.1, width=8, mlp_dim=8,
+        num_layers=1,
+    )  # fmt: skip
+    back = inference.get_backend("numpyro")
+    device = back.resolve_device("cpu")
+    config = back.backend_config(config, device, "float32")
+    batch = {name: back.asarray(v, device, "float32") for name, v in data.items()}
+    model = spec.build_model("numpyro", config, None)
+    guide = spec.twin("numpyro").make_guide("amortized", config, None)
+    _, first = log_density(numpyro.handlers.seed(guide, 0), (batch, config), {}, {})
+    params = {"net$params": first["net$params"]["value"]}
+    floored = 0
+    for seed in range(6):
+        _, g = log_density(numpyro.handlers.seed(guide, seed), (batch, config), {}, params)
+        replayed = numpyro.handlers.replay(numpyro.handlers.seed(model, 1), g)
+        _, m = log_density(replayed, (batch, config), {}, params)
+        site = m["attention_0"]
+        log_s = g["attention_0"]["intermediates"][0]
+        floored += int((log_s < np.log(np.finfo(np.float32).tiny)).sum())
+        gamma = site["fn"].base_dist
+        a, b = np.asarray(gamma.concentration, np.float64), np.asarray(gamma.rate, np.float64)
+        log_s = np.asarray(log_s, np.float64)
+        exact = a * np.log(b) - jax.scipy.special.gammaln(a) + (a - 1) * log_s - b * np.exp(log_s)
+        used = site["fn"].log_prob(site["value"])
+        np.testing.assert_allclose(float(used.sum()), float(exact.sum()), rtol=1e-5)
+    assert floored > 0  # the case at stake happened
+
+
 def test_numpyro_draws_keep_ordinary_values():
     """Away from underflow, the floor and the kept log change nothing."""
     cfg = BAMClassifierConfig(image_size=28, concentration=3.0)

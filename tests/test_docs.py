@@ -109,6 +109,8 @@ OBJECTS = [
     "zoo.bayesian_attention.torch_distributions:kl_lognormal_attention",
     "zoo.bayesian_attention.numpyro_distributions:LogScaleWeibull",
     "zoo.bayesian_attention.numpyro_distributions:LogNormalFlatNoise",
+    "zoo.bayesian_attention.numpyro_distributions:GammaPrior",
+    "zoo.bayesian_attention.numpyro_distributions:LogNormalPrior",
     "zoo.bayesian_attention.numpyro_distributions:kl_weibull_gamma",
     "zoo.bayesian_attention.numpyro_distributions:kl_lognormal_lognormal",
 ]

@@ -168,18 +168,19 @@ class GuidePass:
         The guide's transformer blocks (their contextual-prior networks give the model's prior);
         the guide has bound them to the parameter store for this evaluation, so a model that
         reuses the pass need not bind its own network.
-    keys, logits, draws : list
-        Per layer: the keys (..., heads, tokens, head_dim), the attention logits and the guide's
-        draw of the attention weights (matched by identity).
+    keys, logits, draws, log_draws : list
+        Per layer: the keys (..., heads, tokens, head_dim), the attention logits, the guide's
+        draw of the attention weights (matched by identity) and, where a backend keeps it apart
+        from the draw (NumPyro), the draw's log.
     class_logits : array
         The class logits of the pass with these draws.
     """
 
-    __slots__ = ("x", "blocks", "keys", "logits", "draws", "class_logits")
+    __slots__ = ("x", "blocks", "keys", "logits", "draws", "log_draws", "class_logits")
 
     def __init__(self, x, blocks):
         self.x, self.blocks = x, blocks
-        self.keys, self.logits, self.draws = [], [], []
+        self.keys, self.logits, self.draws, self.log_draws = [], [], [], []
         self.class_logits = None
 
 

@@ -35,7 +35,9 @@ from zoo.bayesian_attention.jax_bam import (
     weibull_log_weights,
 )
 from zoo.bayesian_attention.numpyro_distributions import (
+    GammaPrior,
     LogNormalFlatNoise,
+    LogNormalPrior,
     LogScaleWeibull,
     normal_noise,
     uniform_noise,
@@ -256,8 +258,11 @@ def _full(like, value):
     return jnp.full(like.shape, value, like.dtype)
 
 
-def prior(config, attn: Attention, k, logits, mask):
-    """p(S) of one layer, batch shape ``logits.shape[:-3]``, event (heads, tokens, tokens)."""
+def prior(config, attn: Attention, k, logits, mask, guide_draw=None):
+    """p(S) of one layer, batch shape ``logits.shape[:-3]``, event (heads, tokens, tokens).
+
+    ``guide_draw``: the guide's draw of this layer and its log, ``(S, log S)``, which the prior
+    scores at the log where the draw was floored (see ``numpyro_distributions.GammaPrior``)."""
     shape, dtype = logits.shape, logits.dtype
     contextual = config.prior == "contextual"
     if contextual:
@@ -270,7 +275,7 @@ def prior(config, attn: Attention, k, logits, mask):
             alpha = jnp.broadcast_to(alpha, shape)
         else:
             alpha = _full(logits, config.prior_alpha)
-        base = dist.Gamma(alpha, _full(logits, config.prior_beta))
+        base = GammaPrior(alpha, _full(logits, config.prior_beta), guide_draw=guide_draw)
     elif config.attention == "lognormal":
         if contextual:
             log_m = log_w
@@ -282,7 +287,9 @@ def prior(config, attn: Attention, k, logits, mask):
         loc = log_m - config.prior_sigma**2 / 2
         if mask is not None:
             loc = jnp.where(mask, loc, 0.0)
-        base = dist.LogNormal(jnp.broadcast_to(loc, shape), _full(logits, config.prior_sigma))
+        base = LogNormalPrior(
+            jnp.broadcast_to(loc, shape), _full(logits, config.prior_sigma), guide_draw=guide_draw
+        )
     else:
         raise ValueError(f"attention {config.attention!r} has no latent weights.")
     if mask is not None:
@@ -305,6 +312,16 @@ def posterior(config, logits, mask):
     if mask is not None:
         base = base.mask(mask)
     return base.to_event(3)
+
+
+def _log_of_draw(s, intermediates):
+    """The log of a guide's draw ``s`` as it drew it (exact where ``s`` was floored), from its
+    intermediates (``[log]`` or ``[[log, None]]``); the log of ``s`` where it has none (a value
+    given to the site, not drawn)."""
+    if not intermediates:
+        return jnp.log(s)
+    log_s = intermediates[0]
+    return log_s[0] if isinstance(log_s, list | tuple) else log_s
 
 
 def _normalize(s, mask):
@@ -330,10 +347,15 @@ def make_model(config, init=None):
         x, y = data["x"], data["y"]
         mask = _mask(config)
         draws = []  # attention sites already drawn
+        record = None  # the guide's pass, if it left one for these images
 
         def sample_prior(i, attn, k, logits):
+            known = record is not None and i < len(record.draws)
+            guide_draw = (record.draws[i], record.log_draws[i]) if known else None
             with _kl_scale(config, temperature):
-                return numpyro.sample(f"attention_{i}", prior(config, attn, k, logits, mask))
+                return numpyro.sample(
+                    f"attention_{i}", prior(config, attn, k, logits, mask, guide_draw)
+                )
 
         def attend(i, attn, q, k, v):
             logits = attention_logits(q, k)
@@ -373,11 +395,13 @@ def make_guide(name, config, init=None):
 
         def attend(i, attn, q, k, v):
             logits = attention_logits(q, k)
-            with _kl_scale(config, temperature):
-                s = numpyro.sample(f"attention_{i}", posterior(config, logits, mask))
+            name = f"attention_{i}"
+            with _kl_scale(config, temperature), numpyro.handlers.trace() as site:
+                s = numpyro.sample(name, posterior(config, logits, mask))
             record.keys.append(k)
             record.logits.append(logits)
             record.draws.append(s)
+            record.log_draws.append(_log_of_draw(s, site[name]["intermediates"]))
             return _normalize(s, mask) @ v
 
         with data_plate(x.shape[0], num_data):

@@ -22,7 +22,9 @@ from numpyro.distributions.util import promote_shapes, validate_sample
 from zoo.bayesian_attention._common import EULER_GAMMA
 
 __all__ = [
+    "GammaPrior",
     "LogNormalFlatNoise",
+    "LogNormalPrior",
     "LogScaleWeibull",
     "clamp_uniform",
     "kl_lognormal_lognormal",
@@ -305,6 +307,126 @@ class LogNormalFlatNoise(LogNormal):
         return self if mask is True else _MaskedKeepingLog(self, mask)
 
 
+class _ScoresGuideDraw:
+    """What :class:`GammaPrior` and :class:`LogNormalPrior` share: the guide's draw scored at its
+    log."""
+
+    guide_draw = None
+
+    def intermediates_of(self, value):
+        """The intermediates of ``value`` as the distribution's ``log_prob`` takes them (its log,
+        exact where floored), or None for any array but the guide's draw."""
+        if self.guide_draw is None or value is not self.guide_draw[0]:
+            return None
+        tiny = jnp.finfo(value.dtype).tiny
+        return self._as_intermediates(jnp.where(value > tiny, jnp.log(value), self.guide_draw[1]))
+
+    def mask(self, mask):
+        return self if mask is True else _MaskedKeepingLog(self, mask)
+
+
+class GammaPrior(_ScoresGuideDraw, Gamma):
+    """NumPyro's ``Gamma(concentration, rate)``, a model's prior of attention weights that scores
+    the guide's draw at the draw's log.
+
+    NumPyro's ELBOs give a draw's intermediates (its exact log) to the guide's site only; the
+    model's prior sees the value, which is floored at the dtype's smallest normal number where
+    the draw underflowed, and would score the floor (log 1.2e-38 = -87.3 in float32 for a log
+    of, say, -200). ``guide_draw``, ``(draw, log of draw)`` as the guide made them, puts the exact
+    log in place of the log of that very array (``value is draw``) wherever it was floored;
+    elsewhere the log of the value, the same bits as NumPyro's ``Gamma``. The Pyro twin keeps
+    each draw's log with the draw (``torch_distributions.log_of_draw``). ``log_prob`` also takes
+    the log of the value as its intermediates (``[log value]``, as :class:`LogScaleWeibull`
+    gives them).
+
+    Parameters
+    ----------
+    concentration, rate : array or float
+        The Gamma's shape and rate, positive.
+    guide_draw : tuple of two arrays, optional
+        ``(draw, log of draw)``: the guide's draw of the site and its exact log.
+    validate_args : bool, optional
+        Check the parameters against their constraints.
+
+    Examples
+    --------
+    Two float32 draws that underflowed, floored at the smallest normal number, 1.2e-38:
+
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from zoo.bayesian_attention.numpyro_distributions import GammaPrior
+    >>> draw = jnp.full(2, jnp.finfo(jnp.float32).tiny, jnp.float32)
+    >>> log_draw = jnp.array([-150.0, -200.0], jnp.float32)  # their logs, as drawn
+    >>> prior = GammaPrior(jnp.float32(0.5), jnp.float32(1.0), guide_draw=(draw, log_draw))
+    >>> np.round(np.asarray(prior.log_prob(draw)), 3)  # -0.5 log s - log Gamma(0.5) - s
+    array([74.428, 99.428], dtype=float32)
+    >>> np.round(np.asarray(prior.log_prob(draw + 0)), 3)  # another array: scored at its value
+    array([43.096, 43.096], dtype=float32)
+    """
+
+    def __init__(self, concentration, rate=1.0, *, guide_draw=None, validate_args=None):
+        super().__init__(concentration, rate, validate_args=validate_args)
+        self.guide_draw = guide_draw
+
+    @staticmethod
+    def _as_intermediates(log_value):
+        return [log_value]
+
+    def log_prob(self, value, intermediates=None):
+        intermediates = intermediates or self.intermediates_of(value)
+        if not intermediates:
+            return super().log_prob(value)
+        a, b = self.concentration, self.rate
+        # Gamma.log_prob's arithmetic, the log of the value replaced: the same bits where the
+        # value was not floored.
+        normalize_term = gammaln(a) - a * jnp.log(b)
+        return (a - 1) * intermediates[0] - b * value - normalize_term
+
+
+class LogNormalPrior(_ScoresGuideDraw, LogNormal):
+    r"""NumPyro's ``LogNormal(loc, scale)`` that scores the guide's draw ``guide_draw`` at its log
+    (as :class:`GammaPrior` does); its ``log_prob`` takes the log of the value as a transformed
+    distribution's intermediates (``[[log value, None]]``, as :class:`LogNormalFlatNoise` gives
+    them).
+
+    Parameters
+    ----------
+    loc, scale : array or float
+        The mean and standard deviation of :math:`\log S`.
+    guide_draw : tuple of two arrays, optional
+        ``(draw, log of draw)``: the guide's draw of the site and its exact log.
+    validate_args : bool, optional
+        Check the parameters against their constraints.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from zoo.bayesian_attention.numpyro_distributions import LogNormalPrior
+    >>> draw = jnp.full(2, jnp.finfo(jnp.float32).tiny, jnp.float32)  # floored in float32
+    >>> log_draw = jnp.array([-150.0, -200.0], jnp.float32)
+    >>> prior = LogNormalPrior(jnp.float32(-2.0), jnp.float32(1.0), guide_draw=(draw, log_draw))
+    >>> np.round(np.asarray(prior.log_prob(draw)), 1)
+    array([-10802.9, -19402.9], dtype=float32)
+    >>> np.round(np.asarray(prior.log_prob(draw + 0)), 1)  # at the floor, log s = -87.3
+    array([-3554.7, -3554.7], dtype=float32)
+    """
+
+    def __init__(self, loc=0.0, scale=1.0, *, guide_draw=None, validate_args=None):
+        super().__init__(loc, scale, validate_args=validate_args)
+        self.guide_draw = guide_draw
+
+    @staticmethod
+    def _as_intermediates(log_value):
+        return [[log_value, None]]
+
+    def log_prob(self, value, intermediates=None):
+        intermediates = intermediates or self.intermediates_of(value)
+        if not intermediates:
+            return super().log_prob(value)
+        return super().log_prob(value, intermediates)
+
+
 class _MaskedKeepingLog(MaskedDistribution):
     """NumPyro's ``MaskedDistribution``, passing on its base's intermediates: the logs of the
     draws of :class:`LogScaleWeibull` and :class:`LogNormalFlatNoise` (whose ``mask`` makes one).
@@ -319,6 +441,8 @@ class _MaskedKeepingLog(MaskedDistribution):
         return self.base_dist.sample_with_intermediates(key, sample_shape)
 
     def log_prob(self, value, intermediates=None):
+        if not intermediates and isinstance(self.base_dist, _ScoresGuideDraw):
+            intermediates = self.base_dist.intermediates_of(value)  # (before a select hides it)
         if not intermediates or self._mask is False:
             return super().log_prob(value)
         return jnp.where(self._mask, self.base_dist.log_prob(value, intermediates), 0.0)
