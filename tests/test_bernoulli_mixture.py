@@ -472,3 +472,15 @@ def test_dynamic_binarization_fits_grey_levels(data):
     assert np.isfinite(res.objective)
     with pytest.raises(ValueError, match="dynamic_binarization=True needs data"):
         inference.fit("bernoulli_mixture", {"x": grey * 2}, "svi", K=3, dynamic_binarization=True)
+
+
+def test_a_float32_em_whose_probability_rounds_to_one_says_what_to_change():
+    """A pixel on in every point of a component, with probs_prior_b at 1.001, gets a MAP
+    probability 1.7e-8 short of 1, which float32 rounds to 1: the error says to use float64 or
+    raise probs_prior_b (both priors were already above 1, which the advice used to ask for)."""
+    x = np.random.default_rng(0).integers(0, 2, size=(60_000, 5)).astype(np.uint8)
+    x[:, 0] = 1
+    options = dict(K=2, dtype="float32", probs_prior_a=1.001, probs_prior_b=1.001, num_steps=5)
+    with pytest.raises(inference.NonFiniteObjectiveError) as err:
+        inference.fit("bernoulli_mixture", {"x": x}, "em", "numpyro", progress=False, **options)
+    assert "Use float64, or raise probs_prior_b further above 1" in str(err.value)

@@ -206,7 +206,11 @@ SPEC = BinaryDataSpec(
         "zoo.bernoulli_mixture.closed_form", objective="log_joint", start="responsibilities"
     ),
     # A component's probabilities at exactly 0 or 1 make the log joint infinite.
-    numerical_advice="Keep probs_prior_a and probs_prior_b above 1, or use float64.",
+    numerical_advice=(
+        "Use float64, or raise probs_prior_b further above 1: a pixel on in all of a "
+        "component's N points gets a probability (b - 1) / (N + a + b - 2) short of 1, which "
+        "float32 rounds to 1 below about 6e-8."
+    ),
     make_data=make_data,
     summarize=summarize,
     config_type=BernoulliMixtureConfig,
