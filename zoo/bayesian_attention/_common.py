@@ -124,7 +124,7 @@ def check_key_dims(key_dim: Any, hidden_dim: Any) -> int:
 
 
 def check_shapes(q_shape, k_shape, v_shape) -> None:
-    """q (..., Lq, D), k (..., Lk, D), v (..., Lk, Dv)."""
+    """q (..., Lq, D), k (..., Lk, D), v (..., Lk, Dv), the leading dimensions broadcasting."""
     if len(q_shape) < 2 or len(k_shape) < 2 or len(v_shape) < 2:
         raise ValueError(
             "expected q, k, v with at least 2 dimensions (..., L, D); got shapes "
@@ -140,6 +140,13 @@ def check_shapes(q_shape, k_shape, v_shape) -> None:
             "expected k and v with the same number of keys (dimension -2); got shapes "
             f"{tuple(k_shape)} and {tuple(v_shape)}."
         )
+    try:
+        np.broadcast_shapes(tuple(q_shape[:-2]), tuple(k_shape[:-2]), tuple(v_shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            "expected q, k, v whose leading (batch) dimensions broadcast together; got shapes q "
+            f"{tuple(q_shape)}, k {tuple(k_shape)}, v {tuple(v_shape)}."
+        ) from None
 
 
 def check_noise_shape(noise_shape, expected_shape) -> None:

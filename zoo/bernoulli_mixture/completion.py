@@ -84,6 +84,16 @@ class _Namespace:
 
             self.xp, self._lse = jnp, logsumexp
             self.dtype = jnp.dtype(dtype) if dtype else jnp.asarray(0.0).dtype  # x64 mode or not
+        # The keys and the bias are logs of probabilities: an integer dtype would truncate them.
+        if name == "torch":
+            floating = self.dtype.is_floating_point
+        else:
+            floating = self.xp.issubdtype(self.dtype, self.xp.floating)
+        if not floating:
+            raise ValueError(
+                f"expected a floating-point dtype such as 'float32' or 'float64'; got {dtype!r}. "
+                "Pass a float dtype, or dtype=None for the default."
+            )
 
     def asarray(self, value, dtype=None, like=None):
         dtype = self.dtype if dtype is None else dtype
@@ -225,7 +235,7 @@ def attention_inputs(params, x, observed_mask, backend="numpy", dtype=None):
         ``True`` where a pixel is observed.
     backend : {"numpy", "torch", "jax"}
     dtype : str, optional
-        Default float64 (JAX: float32 unless 64-bit mode is on).
+        A floating-point dtype; default float64 (JAX: float32 unless 64-bit mode is on).
 
     Returns
     -------
@@ -275,7 +285,7 @@ def complete(params, x, observed_mask, backend="numpy", fill_observed=True, dtyp
         pixel that is the chance that another draw from the same component has it on, not
         ``E[x_d | x_O] = x_d``).
     dtype : str, optional
-        Default float64 (JAX: float32 unless 64-bit mode is on).
+        A floating-point dtype; default float64 (JAX: float32 unless 64-bit mode is on).
 
     Returns
     -------
@@ -285,8 +295,8 @@ def complete(params, x, observed_mask, backend="numpy", fill_observed=True, dtyp
     Raises
     ------
     ValueError
-        For shapes that do not fit, non-binary observed pixels, probabilities outside (0, 1), or
-        a non-boolean mask.
+        For shapes that do not fit, non-binary observed pixels, probabilities outside (0, 1), a
+        non-boolean mask, or a dtype that is not floating-point.
     """
     ns = _Namespace(backend, dtype)
     query, keys, bias, values, xo, mask = _attention_inputs(
@@ -350,6 +360,20 @@ def _check_groups(groups, dim=None):
     return groups
 
 
+def _numpy_mixtures(params):
+    """``weights`` and ``probs`` of ``params`` as float64 numpy arrays."""
+    w, p = params["weights"], params["probs"]
+    # np.asarray of such a tensor fails with torch's own advice; the gradient could not survive
+    # the numpy projections anyway, so say what is accepted instead.
+    if any(getattr(a, "requires_grad", False) for a in (w, p)):
+        raise TypeError(
+            "expected weights and probs as NumPy arrays or tensors that do not require grad (the "
+            "multi-head projections are built in NumPy, without gradients); got a tensor with "
+            "requires_grad=True. Pass detached tensors, or differentiate complete() group by group."
+        )
+    return np.asarray(w, dtype=float), np.asarray(p, dtype=float)
+
+
 def multi_head_parameters(params, groups):
     r"""The multi-head attention projections of ``H`` mixtures over ``H`` pixel groups (numpy).
 
@@ -371,8 +395,17 @@ def multi_head_parameters(params, groups):
         ``m * x`` and ``m * (1 - x)``, its key projection maps token ``k`` to ``[log probs_hk,
         log(1 - probs_hk)]``, its value projection to ``[probs_hk, 0]``, and the output
         projection writes the first ``G`` features of head ``h`` to pixels ``groups[h]``.
+
+    Raises
+    ------
+    TypeError
+        For weights or probs held in a tensor that requires grad (the projections are NumPy
+        arrays, which carry no gradient): pass detached tensors.
+    ValueError
+        For groups that do not partition the pixels, shapes that do not fit, probabilities
+        outside (0, 1), or weights that are not a distribution over each head's components.
     """
-    w, p = np.asarray(params["weights"], dtype=float), np.asarray(params["probs"], dtype=float)
+    w, p = _numpy_mixtures(params)
     groups = _check_groups(groups)
     H, G = groups.shape
     if w.ndim != 2 or p.shape != (H, w.shape[1], G):
@@ -426,6 +459,15 @@ def multi_head_complete(
     -------
     Completion
         ``mean`` (..., D) and ``weights`` (..., H, K), head ``h``'s posterior over its components.
+
+    Raises
+    ------
+    TypeError
+        For weights or probs held in a tensor that requires grad: unlike :func:`complete`, this
+        builds its projections in NumPy (:func:`multi_head_parameters`), so no gradient reaches
+        the parameters. Pass detached tensors, or run :func:`complete` group by group.
+    ValueError
+        As :func:`complete` and :func:`multi_head_parameters` do.
     """
     ns = _Namespace(backend, dtype)
     mha = multi_head_parameters(params, groups)

@@ -1,4 +1,4 @@
-r"""A trained cross-attention layer of the mixture's size: the baseline of the completion experiment.
+r"""A trained cross-attention layer of the mixture's form: the completion experiment's baseline.
 
 The mixture completes the missing pixels ``M`` from the observed ones ``O`` by one attention,
 ``p(z = k | x_O) = softmax_k(q K^T + b)`` with the query ``q = [x_O, 1 - x_O]``, then predicts
@@ -7,9 +7,12 @@ The mixture completes the missing pixels ``M`` from the observed ones ``O`` by o
 generative model fitted to whole images.
 
 :class:`CrossAttentionCompleter` unties them: free keys (K, 2|O|), bias (K,) and value logits
-(K, |M|), exactly as many numbers as the mixture spends on these pixels, fitted by Adam to
-maximise the same objective, ``sum_n log p(x_M | x_O)``, for one fixed mask. It is trained for the
-conditional task alone (discriminatively), so it shows what the generative tie costs or buys.
+(K, |M|), the tensors the mixture reads out, fitted by Adam to maximise the same objective,
+``sum_n log p(x_M | x_O)``, for one fixed mask. Untied, they are more free numbers than the
+mixture spends on these pixels, K (2|O| + 1 + |M|) against K (|O| + |M| + 1) - 1 (each of the
+mixture's keys comes from |O| numbers): 1.5 times as many for the upper half of an image. It is
+trained for the conditional task alone (discriminatively), so it shows what the generative tie
+costs or buys.
 """
 
 from __future__ import annotations
@@ -89,9 +92,15 @@ class CrossAttentionCompleter:
         """Maximise ``sum_n log p(x_M | x_O)`` over the binary images ``x`` (N, D) with Adam.
 
         Returns ``self``; ``history`` holds the mean objective (nats per image) of each epoch.
+        Raises a ValueError for no images or a ``batch_size`` that is not a positive int.
         """
         torch = self.torch
         x = self._checked_images(x)
+        if len(x) < 1:  # the keys and values start from training images
+            raise ValueError(f"expected at least one image to fit; got x of shape {x.shape}.")
+        valid_int = isinstance(batch_size, int | np.integer) and not isinstance(batch_size, bool)
+        if not valid_int or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}.")
         rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         params = {
@@ -140,6 +149,8 @@ class CrossAttentionCompleter:
     def log_prob_missing(self, x, chunk: int = 2000) -> np.ndarray:
         """``log p(x_M | x_O)`` (N,) in nats, for binary images ``x`` (N, D)."""
         x = self._check_fitted(x)
+        if len(x) == 0:  # no chunks to concatenate
+            return np.zeros(0)
         with self.torch.no_grad():
             out = [
                 self._log_prob_missing(self.params, x[i : i + chunk])

@@ -80,23 +80,45 @@ def exact_log_posterior(x, means, scale, weights=None, lengths=None) -> np.ndarr
     scale : float
         The tokens' standard deviation.
     weights : array (K,), optional
-        Prior probabilities; default uniform.
+        Prior probabilities, finite and non-negative (normalised here, so they need not sum to
+        1); default uniform.
     lengths : int array (S,), optional
         Tokens per sequence; the slots after them are padding and ignored.
 
     Returns
     -------
     array (K,) or (S, K)
+
+    Raises
+    ------
+    ValueError
+        For shapes that do not fit, means that are not finite, weights that are negative, not
+        finite or all zero, or a scale that is not finite and positive.
     """
     means = np.asarray(means, dtype=float)
     if means.ndim != 2:
         raise ValueError(f"means must have shape (K, D); got shape {means.shape}.")
+    if not np.isfinite(means).all():
+        bad = int((~np.isfinite(means)).sum())
+        raise ValueError(
+            f"means must be finite; got {bad} entries that are NaN or inf in means of shape "
+            f"{means.shape}."
+        )
     x = _check_tokens(x, means.shape[1])
     K = means.shape[0]
-    log_prior = np.zeros(K) if weights is None else np.log(np.asarray(weights, dtype=float))
-    if log_prior.shape != (K,):
-        raise ValueError(f"weights must have shape ({K},); got shape {log_prior.shape}.")
-    if not float(scale) > 0:
+    weights = np.ones(K) if weights is None else np.asarray(weights, dtype=float)
+    if weights.shape != (K,):
+        raise ValueError(f"weights must have shape ({K},); got shape {weights.shape}.")
+    # "not (valid)": NaN fails every comparison. Zero is a valid prior mass (log 0 = -inf rules
+    # the component out), but all zeros leave nothing to normalise.
+    if not ((weights >= 0) & (weights < np.inf)).all() or not weights.sum() > 0:
+        raise ValueError(
+            f"weights must be finite, non-negative and not all zero (they are normalised); got "
+            f"{weights!r}."
+        )
+    with np.errstate(divide="ignore"):
+        log_prior = np.log(weights)
+    if not 0 < float(scale) < np.inf:
         raise ValueError(f"scale must be a float in the range (0, inf); got {scale}.")
     valid, n = _token_mask(lengths, x)
     total = x.sum(-2) if valid is None else np.where(valid[..., None], x, 0.0).sum(-2)
@@ -171,14 +193,27 @@ def attention_logits(
         ``q(z | X_{-j})``, shape (..., N, K), with ``n = N - 1``. Needs ``N >= 2``.
     readout_length : int, optional
         Multiply by this fixed ``n`` instead of the number of tokens attended: a readout that
-        ignores ``N`` (the tempered posterior of the module docstring).
+        ignores ``N`` (the tempered posterior of the module docstring). An inverse temperature,
+        so a finite number > 0 (fractional values temper between lengths).
     return_weights : bool
         Also return the attention weights, (..., H, Lq, N).
 
     Returns
     -------
     array (..., K), or (..., N, K) with ``leave_one_out``
+
+    Raises
+    ------
+    ValueError
+        For parameters, tokens or lengths that do not fit, or a ``readout_length`` that is not a
+        finite number > 0.
     """
+    # n <= 0 would flatten (0) or invert (< 0) the posterior rather than temper it.
+    if readout_length is not None and not 0 < float(readout_length) < np.inf:
+        raise ValueError(
+            "readout_length must be a number of tokens: finite and > 0 (or None for each "
+            f"sequence's own length); got {readout_length!r}."
+        )
     p = check_params(params, config)
     x = _check_tokens(x, config.dim)
     valid, n = _token_mask(lengths, x)
