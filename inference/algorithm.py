@@ -184,8 +184,10 @@ class Algorithm(ABC):
       what its checkpoints hold, raised when that changes: a checkpoint of another layout is
       refused, not misread),
       ``unsaveable`` (None, else why it cannot be checkpointed),
-      ``posterior_draws`` (None, else a sampler's ``(draws, sample statistics)``) and
-      ``outside_support`` (the names of finite parameters outside their constraint);
+      ``posterior_draws`` (None, else a sampler's ``(draws, sample statistics)``),
+      ``outside_support`` (the names of finite parameters outside their constraint) and
+      ``exact_objective`` (False: a stochastic algorithm's objective is, in this run, exact
+      and the same function at every step, so a run that ends below its start is told so);
     * on its info record: ``progress``, what the progress bar shows after the step.
 
     An algorithm written against the older, wider contract (a method for each of these, such
@@ -270,6 +272,7 @@ STATE_FACTS = {
     "unsaveable": (None, "unsaveable"),
     "posterior_draws": (None, "draws"),
     "outside_support": ((), "parameters_outside_support"),
+    "exact_objective": (False, "exact_objective"),
 }
 
 

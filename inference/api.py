@@ -406,7 +406,10 @@ def fit(
     result = final_result(results, state, history, converged)
     result.timing["wall"] = time.perf_counter() - started
     alg = settings.alg
-    return _warn_unconverged(settings, result, rule_start(alg, state), noise_bound(alg, state))
+    result = _warn_unconverged(settings, result, rule_start(alg, state), noise_bound(alg, state))
+    if state_fact(alg, state, "exact_objective"):
+        _warn_below_start(settings, result)
+    return result
 
 
 def make_problem(
@@ -850,10 +853,8 @@ def _warn_unconverged(settings: _Settings, result, start: int = 0, bounded: bool
     result, a sampler's ``converged`` saying whether its draws passed them (a sampler has no
     stopping rule). ``start`` is the step from which the rule counted, and ``bounded`` whether
     it asked for low noise (``inference.algorithm.noise_bound``)."""
-    alg, spec, num_steps, tol = settings.alg, settings.spec, settings.num_steps, settings.tol
-    run_name = f"{alg.name} on {spec.name!r} ({settings.back.NAME}" + (
-        f", guide {result.guide!r})" if result.guide else ")"
-    )
+    alg, num_steps, tol = settings.alg, settings.num_steps, settings.tol
+    run_name = _run_name(settings, result)
     if alg.traits.estimate == "draws":
         diagnose = getattr(alg, "diagnose", convergence.draw_problems)  # older: the algorithm's
         problems = diagnose(result)
@@ -885,6 +886,29 @@ def _warn_unconverged(settings: _Settings, result, start: int = 0, bounded: bool
     )
     warnings.warn(message, convergence.ConvergenceWarning, stacklevel=4)
     return result
+
+
+def _warn_below_start(settings: _Settings, result) -> None:
+    """A :class:`~inference.convergence.ConvergenceWarning` for a run whose exact objective met
+    its stopping rule below its first value (:func:`~inference.convergence.fell_below_start`):
+    it says it converged, to parameters worse than its start. A run stopped early on held-out
+    data returns its best step's parameters, not its last, and is not judged here."""
+    if not result.converged or result.best_step is not None:
+        return
+    objectives = result.history["objective"]
+    drop = convergence.fell_below_start(objectives, settings.tol, result.num_data)
+    if drop is not None:
+        message = convergence.below_start_message(
+            _run_name(settings, result), objectives, result.num_data, drop
+        )
+        warnings.warn(message, convergence.ConvergenceWarning, stacklevel=4)
+
+
+def _run_name(settings: _Settings, result) -> str:
+    """The run as a warning names it: algorithm, model, backend and guide."""
+    return f"{settings.alg.name} on {settings.spec.name!r} ({settings.back.NAME}" + (
+        f", guide {result.guide!r})" if result.guide else ")"
+    )
 
 
 def _validation(settings: _Settings, problem, state, results, stopping) -> tuple:

@@ -139,6 +139,34 @@ def converged(
     return exact_converged(objectives, tol, num_data)
 
 
+def fell_below_start(objectives, tol: float | None, num_data: int) -> float | None:
+    """How far, in nats per data point, an exact objective ended below its first value, where
+    that is more than ``tol`` (:data:`STOCHASTIC_TOL` where ``tol`` is None or 0); else None.
+
+    Gradient steps on an exact objective that end below where they began did not climb to the
+    optimum near the start: the first steps, too long, threw the parameters off it, and the run
+    settled in a worse optimum. A covariance fitted to fewer points than dimensions, nearly
+    singular, does this at SVI's default learning rate: a step that is small for every other
+    entry moves it many of its own standard deviations."""
+    if len(objectives) < 2:
+        return None
+    first, last = float(objectives[0]), float(objectives[-1])
+    drop = (first - last) / num_data
+    return drop if drop > (tol or STOCHASTIC_TOL) else None
+
+
+def below_start_message(run: str, objectives, num_data: int, drop: float) -> str:
+    """What a :class:`ConvergenceWarning` says about a run whose exact objective met its
+    stopping rule below its start (:func:`fell_below_start`)."""
+    first, last = objectives[0] / num_data, objectives[-1] / num_data
+    return (
+        f"{run} met its stopping rule at an objective of {last:.4f} nats per data point, "
+        f"{drop:.3g} below its start ({first:.4f}). Its objective is exact: its steps left "
+        "worse parameters than it began with, its first steps having thrown it off its start. "
+        "Lower the learning rate (lr), or start from other values (init)."
+    )
+
+
 def unconverged_message(
     run: str,
     num_steps: int,

@@ -327,3 +327,44 @@ def test_svi_on_small_minibatches_asks_the_noise_to_be_below_tol_and_full_batche
     )
     full, said = _fit_quietly("bayesian_gmm", x, "svi", backend, **common)
     assert full.converged and full.num_steps == 1000 and not said
+
+
+def test_an_exact_objective_that_ends_below_its_start_is_measured_against_tol():
+    start_high = [-100.0, -130.0, -120.0, -110.5]
+    assert convergence.fell_below_start(start_high, None, 10) == pytest.approx(1.05)
+    assert convergence.fell_below_start(start_high, 2.0, 10) is None  # within tol
+    assert convergence.fell_below_start([-100.0, -130.0, -99.0], None, 10) is None
+    assert convergence.fell_below_start([-100.0], None, 10) is None
+
+
+def _with_a_cluster_of_fewer_points_than_dimensions():
+    """Two large clusters and one of 5 points in 8 dimensions, whose covariance the closed-form
+    start fits nearly singular (rank 4 plus reg_covar)."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0.0, 4.0, size=(3, 8))
+    sizes = (200, 95, 5)
+    clusters = [c + rng.normal(size=(n, 8)) for c, n in zip(centers, sizes, strict=True)]
+    return {"x": np.concatenate(clusters)}
+
+
+def test_svi_whose_exact_objective_ends_below_its_start_warns_though_its_rule_was_met():
+    """Maximum-likelihood GMM, K=10, at SVI's defaults: the first step at 0.05 moved the nearly
+    singular component many of its standard deviations (-10.87 to -12.7 nats per point), and
+    the run met its stopping rule at -11.10, below its start, as converged with no warning."""
+    data = _with_a_cluster_of_fewer_points_than_dimensions()
+    res, said = _fit_quietly("gmm", data, "svi", "numpyro", K=10, seed=0)
+    assert res.converged  # the rule was met: the warning is the only sign
+    objectives = np.asarray(res.history["objective"]) / res.num_data
+    assert objectives[-1] < objectives[0] - 0.1
+    assert len(said) == 1
+    message = str(said[0].message)
+    assert "svi on 'gmm' (numpyro, guide 'enum') met its stopping rule" in message
+    assert f"{objectives[-1]:.4f}" in message and f"({objectives[0]:.4f})" in message
+    assert "Lower the learning rate (lr)" in message
+
+
+def test_svi_whose_exact_objective_ends_above_its_start_gives_no_warning():
+    data = zoo.get_model("gmm").make_data(np.random.default_rng(0), 300)
+    res, said = _fit_quietly("gmm", data, "svi", "numpyro", K=3, seed=0)
+    objectives = res.history["objective"]
+    assert res.converged and objectives[-1] > objectives[0] and not said
