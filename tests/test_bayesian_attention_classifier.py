@@ -478,8 +478,10 @@ def test_bad_input_surfaces_through_fit_and_predict(data, pyro_fit):
         predict_proba(pyro_fit, x, method="mode")
     with pytest.raises(ValueError, match=r"num_samples to be an int >= 1; got 0"):
         predict_proba(pyro_fit, x, num_samples=0)
-    with pytest.raises(ValueError, match=r"28x28 = 784 pixels per row"):
-        predict_proba(pyro_fit, np.zeros((2, 196)))
+    with pytest.raises(ValueError, match=r"expected images x with 28x28 = 784 pixels per row"):
+        predict_proba(pyro_fit, np.zeros((2, 196)))  # its argument, not data['x']
+    with pytest.raises(ValueError, match=r"expected images x with pixel values in \[0, 1\]"):
+        predict_proba(pyro_fit, x * 255)
     with pytest.raises(ValueError, match=r"FitResult of model 'bam_classifier'"):
         predict_proba(dataclasses.replace(pyro_fit, model="vae"), x)
 

@@ -152,6 +152,17 @@ def test_cross_attention_scores_no_images_as_an_empty_array():
     assert layer.log_prob_missing(x).shape == (len(x),)
 
 
+@pytest.mark.parametrize("chunk", [0, -5, 100.0, False])
+def test_cross_attention_scores_in_chunks_of_a_positive_int_only(chunk):
+    """A chunk of 0 or False raised range()'s error, a negative one torch.cat's, a float a
+    TypeError about range."""
+    mask, x = _images(np.random.default_rng(0))
+    layer = CrossAttentionCompleter(mask, 3).fit(x, epochs=1, batch_size=8)
+    with pytest.raises(ValueError, match="chunk must be a positive int"):
+        layer.log_prob_missing(x, chunk=chunk)
+    np.testing.assert_array_equal(layer.log_prob_missing(x, chunk=7), layer.log_prob_missing(x))
+
+
 def _qkv(backend, q_batch, k_batch, v_batch):
     array = torch.ones if backend == "torch" else (lambda *shape: jnp.ones(shape))
     return array(*q_batch, 3, 4), array(*k_batch, 5, 4), array(*v_batch, 5, 2)
@@ -171,3 +182,22 @@ def test_bayesian_attention_broadcasts_batch_dimensions(backend):
     module = T if backend == "torch" else J
     q, k, v = _qkv(backend, (2, 1), (3,), (1,))
     assert tuple(module.bayesian_attention(q, k, v).output.shape) == (2, 3, 3, 2)
+
+
+def _contextual_prior(backend, key_dim):
+    if backend == "torch":
+        return T.ContextualPrior(key_dim), torch.ones
+    import jax
+
+    return J.ContextualPrior(key_dim, key=jax.random.PRNGKey(0)), lambda *s: jnp.ones(s)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 3), (4,)])
+def test_a_contextual_prior_refuses_keys_of_another_width(backend, shape):
+    """Keys of the wrong width raised the matrix product's own error (torch: mat1 and mat2
+    shapes cannot be multiplied), and a single key with no key dimension an IndexError."""
+    prior, ones = _contextual_prior(backend, 4)
+    with pytest.raises(ValueError, match=r"keys of shape \(\.\.\., Lk, 4\) for a contextual"):
+        prior.log_weights(ones(*shape))
+    assert tuple(prior.log_weights(ones(2, 3, 4)).shape) == (2, 1, 3)

@@ -123,6 +123,15 @@ def check_key_dims(key_dim: Any, hidden_dim: Any) -> int:
     return hidden_dim
 
 
+def check_prior_keys(k_shape, key_dim: int) -> None:
+    """Keys a contextual prior of ``key_dim`` inputs can score: shape (..., Lk, key_dim)."""
+    if len(k_shape) < 2 or k_shape[-1] != key_dim:
+        raise ValueError(
+            f"expected keys of shape (..., Lk, {key_dim}) for a contextual prior of "
+            f"key_dim={key_dim}; got shape {tuple(k_shape)}."
+        )
+
+
 def check_shapes(q_shape, k_shape, v_shape) -> None:
     """q (..., Lq, D), k (..., Lk, D), v (..., Lk, Dv), the leading dimensions broadcasting."""
     if len(q_shape) < 2 or len(k_shape) < 2 or len(v_shape) < 2:

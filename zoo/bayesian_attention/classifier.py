@@ -144,22 +144,22 @@ def _positive_float(name, value, what="") -> float:
     return float(value)
 
 
-def _check_images(x: np.ndarray, image_size: int | None = None) -> int:
-    """``x`` (N, side * side) in [0, 1]; returns the side."""
+def _check_images(x: np.ndarray, image_size: int | None = None, name: str = "data['x']") -> int:
+    """``x`` (N, side * side) in [0, 1], which messages call ``name``; returns the side."""
     side = math.isqrt(x.shape[1])
     if side * side != x.shape[1]:
         raise ValueError(
-            "expected data['x'] of shape (N, side * side): square images, flattened; got "
+            f"expected {name} of shape (N, side * side): square images, flattened; got "
             f"{x.shape[1]} pixels per row, not a square."
         )
     if image_size is not None and side != image_size:
         raise ValueError(
-            f"expected data['x'] with {image_size}x{image_size} = {image_size**2} pixels per "
+            f"expected {name} with {image_size}x{image_size} = {image_size**2} pixels per "
             f"row, as the fitted model; got shape {x.shape}."
         )
     if x.size and (x.min() < 0 or x.max() > 1):
         raise ValueError(
-            "expected data['x'] with pixel values in [0, 1]; got values in "
+            f"expected {name} with pixel values in [0, 1]; got values in "
             f"[{x.min()}, {x.max()}]. Divide grey levels 0..255 by 255."
         )
     return side
@@ -441,7 +441,7 @@ def predict_proba(
         )
     if not np.all(np.isfinite(x)):
         raise ValueError("expected finite pixel values; got NaN or inf.")
-    _check_images(x, config.image_size)
+    _check_images(x, config.image_size, "images x")
     backend = backend or result.backend
     twin = SPEC.twin(backend)
     dtype = result.options.get("dtype", SPEC.dtype)

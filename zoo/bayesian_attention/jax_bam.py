@@ -28,6 +28,7 @@ from zoo.bayesian_attention._common import (
     BamOutput,
     check_key_dims,
     check_mask_rows,
+    check_prior_keys,
 )
 from zoo.bayesian_attention.numpyro_distributions import (
     LogScaleWeibull,
@@ -115,7 +116,8 @@ class ContextualPrior(eqx.Module):
     Parameters
     ----------
     key_dim : int
-        ``D``, the last dimension of the keys.
+        ``D``, the last dimension of the keys (keys of another width are refused with a
+        ValueError).
     hidden_dim : int, optional
         ``H``; defaults to ``key_dim``.
     key : jax.random.PRNGKey
@@ -135,6 +137,7 @@ class ContextualPrior(eqx.Module):
 
     def scores(self, k):
         """Unnormalised key scores, shape (..., Lk), from keys of shape (..., Lk, D)."""
+        check_prior_keys(jnp.shape(k), self.hidden.in_features)
         h = jax.nn.relu(k @ self.hidden.weight.T + self.hidden.bias)
         return (h @ self.out.weight.T + self.out.bias)[..., 0]
 

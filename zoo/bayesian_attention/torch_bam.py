@@ -38,6 +38,7 @@ from zoo.bayesian_attention._common import (
     BamOutput,
     check_key_dims,
     check_mask_rows,
+    check_prior_keys,
 )
 from zoo.bayesian_attention.torch_distributions import (
     LogScaleWeibull,
@@ -116,7 +117,8 @@ class ContextualPrior(nn.Module):
     Parameters
     ----------
     key_dim : int
-        ``D``, the last dimension of the keys.
+        ``D``, the last dimension of the keys (keys of another width are refused with a
+        ValueError).
     hidden_dim : int, optional
         ``H``; defaults to ``key_dim``.
     device, dtype : optional
@@ -131,6 +133,7 @@ class ContextualPrior(nn.Module):
 
     def scores(self, k: torch.Tensor) -> torch.Tensor:
         """Unnormalised key scores, shape (..., Lk), from keys of shape (..., Lk, D)."""
+        check_prior_keys(k.shape, self.hidden.in_features)
         if k.dim() >= 3 and not k.is_contiguous() and k.transpose(-3, -2).is_contiguous():
             # Keys split into heads are a transposed view (..., H, Lk, D) of (..., Lk, H, D):
             # score them in that layout, so that neither the forward nor the backward pass

@@ -98,9 +98,7 @@ class CrossAttentionCompleter:
         x = self._checked_images(x)
         if len(x) < 1:  # the keys and values start from training images
             raise ValueError(f"expected at least one image to fit; got x of shape {x.shape}.")
-        valid_int = isinstance(batch_size, int | np.integer) and not isinstance(batch_size, bool)
-        if not valid_int or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}.")
+        _check_positive_int("batch_size", batch_size)
         rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         params = {
@@ -147,7 +145,9 @@ class CrossAttentionCompleter:
         return self.torch.as_tensor(for_torch(x), dtype=self.torch.float32, device=self.device)
 
     def log_prob_missing(self, x, chunk: int = 2000) -> np.ndarray:
-        """``log p(x_M | x_O)`` (N,) in nats, for binary images ``x`` (N, D)."""
+        """``log p(x_M | x_O)`` (N,) in nats, for binary images ``x`` (N, D), scored ``chunk``
+        (a positive int) images at a time."""
+        _check_positive_int("chunk", chunk)
         x = self._check_fitted(x)
         if len(x) == 0:  # no chunks to concatenate
             return np.zeros(0)
@@ -173,3 +173,11 @@ class CrossAttentionCompleter:
                 return_weights=True,
             )
         return mean[:, 0].cpu().numpy(), weights[:, 0].cpu().numpy()
+
+
+def _check_positive_int(name: str, value) -> None:
+    """A ValueError naming ``name`` unless ``value`` is an int (numpy's included, not a bool)
+    of at least 1."""
+    valid_int = isinstance(value, int | np.integer) and not isinstance(value, bool)
+    if not valid_int or value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value!r}.")
