@@ -393,10 +393,8 @@ class LogNormalPrior(_ScoresGuideDraw, LogNormal):
     ----------
     loc, scale : array or float
         The mean and standard deviation of :math:`\log S`.
-    guide_draw : tuple of two arrays, optional
-        ``(draw, log of draw)``: the guide's draw of the site and its exact log.
-    validate_args : bool, optional
-        Check the parameters against their constraints.
+    guide_draw, validate_args : optional
+        As :class:`GammaPrior`'s.
 
     Examples
     --------
