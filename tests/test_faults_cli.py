@@ -672,3 +672,6 @@ def test_a_write_error_names_the_file_once():
     other = OSError(13, "Permission denied", "out/.f.zoo.part")
     assert reason_writing(other, "out/f.zoo") == "[Errno 13] Permission denied: 'out/.f.zoo.part'"
     assert reason_writing(RuntimeError("no LaTeX.\n"), "f.pgf") == "no LaTeX"
+    # An error of a call on a file descriptor names it by number (it raised a TypeError).
+    on_descriptor = OSError(9, "Bad file descriptor", 12345)
+    assert reason_writing(on_descriptor, "out/f.zoo") == "[Errno 9] Bad file descriptor: 12345"

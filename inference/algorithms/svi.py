@@ -254,8 +254,9 @@ class SVIState:
     rule_start: int = 0  # the first step of the learning rate's last stage
     record: dict = dataclasses.field(default_factory=dict)  # the options as a result records them
     schedule_spans_steps: bool = True  # the schedule (if any) is spread over num_steps
-    # The guide draws nothing at random and every step scores all the data with no temperature:
-    # each step's objective is the exact value of one function (inference.convergence).
+    # The guide draws nothing at random and every step scores all the data, as given (not a
+    # fresh binarization), with no temperature: each step's objective is the exact value of one
+    # function (inference.convergence).
     exact_objective: bool = False
 
     #: What a checkpoint holds (``inference.persistence.state_tree``); the step sets the
@@ -470,7 +471,8 @@ class SVI(Algorithm):
             and schedule is None
             and batches is None
             and source is None
-            and shard is None,
+            and shard is None
+            and grey is None,
         )
 
     def _start_values(self, problem, init) -> dict[str, np.ndarray] | None:

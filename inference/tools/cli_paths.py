@@ -323,7 +323,8 @@ def reason_writing(err: BaseException, path) -> str:
     """Why writing ``path`` failed, for a message that names ``path`` already: an OS error about
     that very file gives its reason alone (``No space left on device``), where its message would
     repeat the name; any other error, its message on one line."""
-    named = isinstance(err, OSError) and err.strerror and err.filename is not None
-    if named and os.fspath(err.filename) == os.fspath(path):
+    filename = err.filename if isinstance(err, OSError) and err.strerror else None
+    # A call on a file descriptor (os.stat(fd)) gives an int filename, which names no path.
+    if isinstance(filename, str | bytes | os.PathLike) and os.fspath(filename) == os.fspath(path):
         return err.strerror
     return one_line(err)
