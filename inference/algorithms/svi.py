@@ -254,10 +254,6 @@ class SVIState:
     rule_start: int = 0  # the first step of the learning rate's last stage
     record: dict = dataclasses.field(default_factory=dict)  # the options as a result records them
     schedule_spans_steps: bool = True  # the schedule (if any) is spread over num_steps
-    # The guide draws nothing at random and every step scores all the data, as given (not a
-    # fresh binarization), with no temperature: each step's objective is the exact value of one
-    # function (inference.convergence).
-    exact_objective: bool = False
 
     #: What a checkpoint holds (``inference.persistence.state_tree``); the step sets the
     #: temperature and the minibatch.
@@ -300,6 +296,21 @@ class SVIState:
         the noise be below ``tol`` (``inference.convergence.window_noise``), or goes on to
         ``num_steps`` and says that the noise hid the verdict."""
         return self.bound.batches is not None or self.problem.source is not None
+
+    @property
+    def exact_objective(self) -> bool:
+        """The guide draws nothing at random and every step scores all the data as given (no
+        minibatch, shard or fresh binarization) with no temperature: each step's objective is
+        the exact value of one function (``inference.convergence.fell_below_start``)."""
+        bound, problem = self.bound, self.problem
+        kind = problem.spec.guide_kind(self.guide, problem.backend.NAME)
+        return (
+            kind.deterministic
+            and not self.noise_bound
+            and bound.schedule is None
+            and bound.shard is None
+            and bound.grey is None
+        )
 
     @property
     def lead(self) -> bool:
@@ -467,12 +478,6 @@ class SVI(Algorithm):
             rule_start=max(settled, _settles_at(schedule, problem.num_steps)),
             record=_record(options, problem, guide),
             schedule_spans_steps=schedule is not None and spans_steps,
-            exact_objective=kind.deterministic
-            and schedule is None
-            and batches is None
-            and source is None
-            and shard is None
-            and grey is None,
         )
 
     def _start_values(self, problem, init) -> dict[str, np.ndarray] | None:
